@@ -1,0 +1,67 @@
+"""The `vllm-fleet` command. Each subcommand lives in its own module of this package and exposes
+
+    register(subparsers) -> None   # adds its parser, with set_defaults(handler=<callable(args) -> int>)
+
+Modules are discovered, so adding a subcommand touches no other file. The contract (DESIGN §4): with
+`--json` a command prints exactly one JSON object on stdout; errors go to stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_fleet import __version__
+from vllm_fleet.errors import FleetInputError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-fleet",
+        description="Plan, render and check vLLM deployments on multi-GPU hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"vllm-fleet {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def emit(result: dict[str, Any], as_json: bool, human: str) -> None:
+    """Print a command's result: one JSON object with --json, else the human-readable text."""
+    if as_json:
+        json.dump(result, sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(human.rstrip("\n") + "\n")
+
+
+def read_input_file(path: str, what: str) -> str:
+    """Read a text file named on the command line; a missing or unreadable file is a FleetInputError."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise FleetInputError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except FleetInputError as exc:
+        print(f"vllm-fleet {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover - python -m vllm_fleet.cli
+    sys.exit(main())
