@@ -1,0 +1,413 @@
+"""Host tuning decisions: hugepages per NUMA node, sysctl, memlock, THP, CPU governor, kernel command line.
+
+Pure functions over the raw text the `host_tuning` role reads on a host (`parse_host_state`) and the
+layout plan (`gpu_topology.layout`): `plan_tuning` says what the host should look like, `runtime_changes` what
+differs from what it looks like now. Nothing here touches a host.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from vllm_fleet.errors import FleetInputError
+
+PAGE_2M_KB = 2048
+PAGE_1G_KB = 1048576
+PAGE_SIZES_KB = {"2M": PAGE_2M_KB, "2MiB": PAGE_2M_KB, "1G": PAGE_1G_KB, "1GiB": PAGE_1G_KB}
+THP_MODES = ("always", "madvise", "never")
+THP_DEFRAG_MODES = ("always", "defer", "defer+madvise", "madvise", "never")
+NODE_SYSFS = "/sys/devices/system/node"
+THP_SYSFS = "/sys/kernel/mm/transparent_hugepage"
+GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
+# Per-node counts on the kernel command line (hugepages=0:N,1:M) exist since Linux 5.16.
+PER_NODE_CMDLINE_KERNEL = (5, 16)
+
+
+@dataclass(frozen=True)
+class HostState:
+    """What a host looks like now, read from sysfs and procfs (see `parse_host_state`)."""
+
+    node_memory_bytes: dict[int, int]
+    hugepages: dict[tuple[int, int], int]  # (node, page size in kB) -> nr_hugepages
+    thp_enabled: str | None
+    thp_defrag: str | None
+    numa_balancing: str | None  # None: the kernel has no such key
+    governor: str | None  # None: no cpufreq
+    governors_available: tuple[str, ...]
+    cmdline: str
+    kernel_release: str
+
+    @property
+    def nodes(self) -> list[int]:
+        return sorted(self.node_memory_bytes)
+
+
+@dataclass(frozen=True)
+class KvTierNeed:
+    """Host memory one instance's CPU KV tier needs, and the NUMA nodes its memory is bound to."""
+
+    instance: str
+    nodes: tuple[int, ...]  # () = not bound: the kernel may place it on any node
+    cpu_kv_bytes: int
+
+
+@dataclass(frozen=True)
+class TuningOptions:
+    page_size_kb: int = PAGE_2M_KB
+    margin_fraction: float = 0.10
+    max_node_fraction: float = 0.90
+    thp_enabled: str | None = "madvise"
+    thp_defrag: str | None = "defer+madvise"
+    governor: str | None = "performance"
+    numa_balancing: str = "auto"  # auto: off where an instance is bound; off; keep
+    service_user: str = "vllm"
+
+
+@dataclass
+class NodeHugepages:
+    node: int
+    page_size_kb: int
+    pages: int
+    bytes: int
+    instances: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TuningPlan:
+    page_size_kb: int
+    hugepages: list[NodeHugepages]
+    sysctl: dict[str, str]
+    sysfs: list[tuple[str, str]]  # (path or glob, value) written at boot by the tuning unit
+    kernel_cmdline: list[str]  # arguments that must be on the kernel command line (1 GiB pages)
+    reboot_required: bool
+    memlock_user: str
+    reasons: list[str]
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["sysfs"] = [{"path": p, "value": v} for p, v in self.sysfs]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------- parsing
+
+
+def _bracketed(value: str) -> str | None:
+    match = re.search(r"\[([^\]]+)\]", value)
+    return match.group(1) if match else (value.strip() or None)
+
+
+def parse_host_state(text: str) -> HostState:
+    """Parse `grep -H . <files>` output (one `path:line` per line) of the files the role reads.
+
+    Files: node*/meminfo, node*/hugepages/hugepages-*/nr_hugepages, THP enabled/defrag,
+    /proc/sys/kernel/numa_balancing, cpu0's scaling_governor and scaling_available_governors, /proc/cmdline,
+    /proc/sys/kernel/osrelease. A missing file is simply absent.
+    """
+    memory: dict[int, int] = {}
+    hugepages: dict[tuple[int, int], int] = {}
+    values: dict[str, str] = {}
+    for raw in text.splitlines():
+        path, sep, value = raw.partition(":")
+        if not sep or not path.startswith("/"):
+            continue
+        node_mem = re.fullmatch(rf"{NODE_SYSFS}/node(\d+)/meminfo", path)
+        if node_mem:
+            total = re.match(r"\s*Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB", value)
+            if total:
+                memory[int(node_mem.group(1))] = int(total.group(1)) * 1024
+            continue
+        pages = re.fullmatch(rf"{NODE_SYSFS}/node(\d+)/hugepages/hugepages-(\d+)kB/nr_hugepages", path)
+        if pages:
+            hugepages[(int(pages.group(1)), int(pages.group(2)))] = int(value.strip() or 0)
+            continue
+        values[path] = value.strip()
+    governor = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    available = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_available_governors", "")
+    return HostState(
+        node_memory_bytes=memory,
+        hugepages=hugepages,
+        thp_enabled=_bracketed(values[f"{THP_SYSFS}/enabled"]) if f"{THP_SYSFS}/enabled" in values else None,
+        thp_defrag=_bracketed(values[f"{THP_SYSFS}/defrag"]) if f"{THP_SYSFS}/defrag" in values else None,
+        numa_balancing=values.get("/proc/sys/kernel/numa_balancing"),
+        governor=governor or None,
+        governors_available=tuple(available.split()),
+        cmdline=values.get("/proc/cmdline", ""),
+        kernel_release=values.get("/proc/sys/kernel/osrelease", ""),
+    )
+
+
+def parse_page_size(value: str | int, variable: str = "host_tuning_hugepage_size") -> int:
+    """`2M`/`2MiB`/`1G`/`1GiB` (or a size in kB) -> the page size in kB."""
+    if isinstance(value, int) and value in (PAGE_2M_KB, PAGE_1G_KB):
+        return value
+    size = PAGE_SIZES_KB.get(str(value).strip())
+    if size is None:
+        raise FleetInputError(f"{variable}: {value!r} is not a hugepage size this role manages; use 2M or 1G")
+    return size
+
+
+def kernel_version(release: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", release)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+# --------------------------------------------------------------------------------------------------- planning
+
+
+def kv_tier_needs(layout: dict[str, Any], cpu_kv_bytes: int | dict[str, int]) -> list[KvTierNeed]:
+    """One need per layout instance: its CPU KV bytes (one number for all, or per instance name) and the nodes
+    its memory is bound to (`numa_binding.nodes` when the mode binds, else none)."""
+    needs = []
+    for inst in layout.get("instances", []):
+        name = str(inst.get("name"))
+        amount = int(cpu_kv_bytes.get(name, 0)) if isinstance(cpu_kv_bytes, dict) else int(cpu_kv_bytes)
+        if amount < 0:
+            raise FleetInputError(
+                f"host_tuning_cpu_kv_bytes: {amount} for instance {name} is negative; "
+                "give 0 or a size like 200GiB"
+            )
+        binding = inst.get("numa_binding") or {}
+        nodes: tuple[int, ...] = ()
+        if binding.get("mode") in ("numactl", "vllm"):
+            nodes = tuple(sorted({int(n) for n in binding.get("nodes") or []}))
+        needs.append(KvTierNeed(instance=name, nodes=nodes, cpu_kv_bytes=amount))
+    return needs
+
+
+def plan_hugepages(
+    needs: list[KvTierNeed],
+    node_memory_bytes: dict[int, int],
+    *,
+    page_size_kb: int = PAGE_2M_KB,
+    margin_fraction: float = 0.10,
+    max_node_fraction: float = 0.90,
+) -> list[NodeHugepages]:
+    """Pages per NUMA node: each bound instance's CPU KV bytes split evenly over its nodes, unbound ones over
+    every node, plus the margin, rounded up to whole pages. Refuses a node asked for more than
+    `max_node_fraction` of its memory (the rest of the host needs memory too)."""
+    if margin_fraction < 0:
+        raise FleetInputError(f"host_tuning_hugepages_margin: {margin_fraction} is negative; use e.g. 0.1")
+    nodes = sorted(node_memory_bytes) or [0]
+    page_bytes = page_size_kb * 1024
+    wanted: dict[int, Fraction] = dict.fromkeys(nodes, Fraction(0))
+    users: dict[int, list[str]] = {n: [] for n in nodes}
+    for need in needs:
+        if need.cpu_kv_bytes <= 0:
+            continue
+        targets = list(need.nodes) or nodes
+        for node in targets:
+            if node not in wanted:
+                raise FleetInputError(
+                    f"layout instance {need.instance}: bound to NUMA node {node}, but this host has nodes "
+                    f"{nodes}; re-run the probe (playbooks/probe.yml) so the layout matches the host"
+                )
+            wanted[node] += Fraction(need.cpu_kv_bytes, len(targets))
+            users[node].append(need.instance)
+    plan = []
+    for node in nodes:
+        # Exact arithmetic: 100 GiB + 10 % is 56320 pages, not 56321 from a float's rounding.
+        amount = wanted[node] * (1 + Fraction(str(margin_fraction)))
+        pages = math.ceil(amount / page_bytes)
+        total = node_memory_bytes.get(node)
+        if total and pages * page_bytes > max_node_fraction * total:
+            raise FleetInputError(
+                f"host_tuning_cpu_kv_bytes: NUMA node {node} would need {pages} hugepages of "
+                f"{page_size_kb} kB "
+                f"({pages * page_bytes / 2**30:.1f} GiB with the {margin_fraction:.0%} margin) but has "
+                f"{total / 2**30:.1f} GiB; lower the CPU KV tier (cpu_bytes_to_use) or spread the instances "
+                f"over more nodes"
+            )
+        plan.append(NodeHugepages(node, page_size_kb, pages, pages * page_bytes, sorted(set(users[node]))))
+    return plan
+
+
+def kernel_cmdline_for(hugepages: list[NodeHugepages], kernel_release: str) -> list[str]:
+    """Kernel arguments that reserve 1 GiB pages at boot (only boot can find that much contiguous memory)."""
+    total = sum(h.pages for h in hugepages)
+    if not hugepages or hugepages[0].page_size_kb != PAGE_1G_KB or total == 0:
+        return []
+    if kernel_version(kernel_release) >= PER_NODE_CMDLINE_KERNEL:
+        per_node = ",".join(f"{h.node}:{h.pages}" for h in hugepages if h.pages)
+        return ["hugepagesz=1G", f"hugepages={per_node}"]
+    return ["hugepagesz=1G", f"hugepages={total}"]
+
+
+def cmdline_has(cmdline: str, wanted: list[str]) -> bool:
+    present = cmdline.split()
+    return all(arg in present for arg in wanted)
+
+
+def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOptions) -> TuningPlan:
+    """What the host should look like: hugepages per node, sysctl, boot-time sysfs writes, kernel args."""
+    reasons: list[str] = []
+    warnings: list[str] = []
+    if options.thp_enabled is not None and options.thp_enabled not in THP_MODES:
+        raise FleetInputError(
+            f"host_tuning_thp_enabled: {options.thp_enabled!r} is not one of {', '.join(THP_MODES)}"
+        )
+    if options.thp_defrag is not None and options.thp_defrag not in THP_DEFRAG_MODES:
+        raise FleetInputError(
+            f"host_tuning_thp_defrag: {options.thp_defrag!r} is not one of {', '.join(THP_DEFRAG_MODES)}"
+        )
+    if options.numa_balancing not in ("auto", "off", "keep"):
+        raise FleetInputError(
+            f"host_tuning_numa_balancing: {options.numa_balancing!r} is not one of auto, off, keep"
+        )
+    hugepages = plan_hugepages(
+        needs,
+        state.node_memory_bytes,
+        page_size_kb=options.page_size_kb,
+        margin_fraction=options.margin_fraction,
+        max_node_fraction=options.max_node_fraction,
+    )
+    for h in hugepages:
+        if h.pages:
+            reasons.append(
+                f"node {h.node}: {h.pages} x {h.page_size_kb} kB hugepages for the CPU KV tier of "
+                f"{', '.join(h.instances)} (+{options.margin_fraction:.0%} margin)"
+            )
+    sysfs: list[tuple[str, str]] = []
+    if options.page_size_kb == PAGE_2M_KB:
+        for h in hugepages:
+            path = f"{NODE_SYSFS}/node{h.node}/hugepages/hugepages-{PAGE_2M_KB}kB/nr_hugepages"
+            sysfs.append((path, str(h.pages)))
+    if options.thp_enabled:
+        sysfs.append((f"{THP_SYSFS}/enabled", options.thp_enabled))
+    if options.thp_defrag:
+        sysfs.append((f"{THP_SYSFS}/defrag", options.thp_defrag))
+    if options.governor:
+        if state.governor is None:
+            reasons.append("no cpufreq on this host: the CPU governor is left alone")
+        elif state.governors_available and options.governor not in state.governors_available:
+            warnings.append(
+                f"CPU governor {options.governor!r} is not offered here "
+                f"({' '.join(state.governors_available)}); left at {state.governor!r}"
+            )
+        else:
+            sysfs.append((GOVERNOR_GLOB, options.governor))
+    sysctl: dict[str, str] = {}
+    bound = [n.instance for n in needs if n.nodes]
+    if options.numa_balancing != "keep":
+        wants_off = options.numa_balancing == "off" or bool(bound)
+        if wants_off and state.numa_balancing is None:
+            reasons.append("kernel.numa_balancing does not exist here: nothing to turn off")
+        elif wants_off:
+            sysctl["kernel.numa_balancing"] = "0"
+            reasons.append(
+                "kernel.numa_balancing=0: "
+                + (
+                    f"instances {', '.join(bound)} are bound to NUMA nodes, so the kernel must not migrate "
+                    "their pages"
+                    if bound
+                    else "asked for (host_tuning_numa_balancing: off)"
+                )
+            )
+    cmdline = kernel_cmdline_for(hugepages, state.kernel_release)
+    reboot = bool(cmdline) and not cmdline_has(state.cmdline, cmdline)
+    if cmdline:
+        reasons.append(f"1 GiB pages come from the kernel command line: {' '.join(cmdline)}")
+        if kernel_version(state.kernel_release) < PER_NODE_CMDLINE_KERNEL:
+            warnings.append(
+                f"kernel {state.kernel_release or '?'} predates per-node hugepages= (5.16): the pages are "
+                "split evenly over all nodes"
+            )
+    if reboot:
+        reasons.append("the running kernel was booted without these arguments: a reboot is needed")
+    return TuningPlan(
+        page_size_kb=options.page_size_kb,
+        hugepages=hugepages,
+        sysctl=sysctl,
+        sysfs=sysfs,
+        kernel_cmdline=cmdline,
+        reboot_required=reboot,
+        memlock_user=options.service_user,
+        reasons=reasons,
+        warnings=warnings,
+    )
+
+
+def runtime_changes(plan: TuningPlan, state: HostState) -> list[str]:
+    """Where the running host differs from the plan (what applying at runtime would change)."""
+    changes = []
+    if plan.page_size_kb == PAGE_2M_KB:
+        for h in plan.hugepages:
+            now = state.hugepages.get((h.node, PAGE_2M_KB), 0)
+            if now != h.pages:
+                changes.append(f"node {h.node}: 2048 kB hugepages {now} -> {h.pages}")
+    wanted = dict(plan.sysfs)
+    for key, now in (("enabled", state.thp_enabled), ("defrag", state.thp_defrag)):
+        want = wanted.get(f"{THP_SYSFS}/{key}")
+        if want and now is not None and now != want:
+            changes.append(f"transparent hugepages {key}: {now} -> {want}")
+    want_gov = wanted.get(GOVERNOR_GLOB)
+    if want_gov and state.governor != want_gov:
+        changes.append(f"CPU governor: {state.governor} -> {want_gov}")
+    for key, value in plan.sysctl.items():
+        if key == "kernel.numa_balancing" and state.numa_balancing not in (None, value):
+            changes.append(f"{key}: {state.numa_balancing} -> {value}")
+    return changes
+
+
+# -------------------------------------------------------------------------------------------------- rendering
+
+
+def sysctl_conf(plan: TuningPlan) -> str:
+    lines = ["# Written by vllm-fleet (host_tuning). Changes here are overwritten."]
+    lines += [f"{key} = {value}" for key, value in sorted(plan.sysctl.items())]
+    return "\n".join(lines) + "\n"
+
+
+def limits_conf(plan: TuningPlan) -> str:
+    # Pinned CPU KV buffers (cudaHostAlloc / torch pin_memory) count against RLIMIT_MEMLOCK.
+    user = plan.memlock_user
+    return (
+        "# Written by vllm-fleet (host_tuning): pinned CPU KV-cache buffers need unlimited locked memory.\n"
+        f"{user} soft memlock unlimited\n{user} hard memlock unlimited\n"
+    )
+
+
+def boot_commands(plan: TuningPlan) -> list[str]:
+    """One shell command per sysfs write, for the ExecStart= lines of the boot-time tuning unit."""
+    commands = []
+    for path, value in plan.sysfs:
+        if "*" in path or "[" in path:
+            commands.append(f'for f in {path}; do echo {value} > "$f"; done')
+        else:
+            commands.append(f"echo {value} > {path}")
+    return commands
+
+
+def report_text(plan: TuningPlan, changes: list[str], applied: bool) -> str:
+    lines = ["host tuning plan:"]
+    for h in plan.hugepages:
+        size = f"{h.bytes / 2**30:.2f} GiB"
+        lines.append(f"  node {h.node}: {h.pages} hugepages of {h.page_size_kb} kB ({size})")
+    for key, value in sorted(plan.sysctl.items()):
+        lines.append(f"  sysctl {key} = {value}")
+    for path, value in plan.sysfs:
+        if not path.endswith("nr_hugepages"):
+            lines.append(f"  {path} = {value}")
+    if plan.kernel_cmdline:
+        lines.append(f"  kernel command line: {' '.join(plan.kernel_cmdline)}")
+    lines.append(f"  memlock unlimited for user {plan.memlock_user}")
+    lines += [f"  why: {r}" for r in plan.reasons]
+    lines += [f"  WARNING: {w}" for w in plan.warnings]
+    if changes:
+        verb = (
+            "applied at runtime"
+            if applied
+            else "NOT applied at runtime (host_tuning_apply_runtime: false); written for the next boot"
+        )
+        lines.append(f"  runtime changes {verb}:")
+        lines += [f"    {c}" for c in changes]
+    else:
+        lines.append("  the running host already matches")
+    if plan.reboot_required:
+        lines.append("  REBOOT REQUIRED for the kernel command line")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""vllm_fleet.tuning over host states recorded on real machines (tests/fixtures/probe/host-state-*.txt).
+
+Each fixture is the exact output of the read-only command the host_tuning role runs on a host
+(`grep -H MemTotal node*/meminfo; grep -H . <hugepage, THP, numa_balancing, cpufreq, cmdline files>`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.tuning import (
+    GOVERNOR_GLOB,
+    PAGE_1G_KB,
+    PAGE_2M_KB,
+    HostState,
+    KvTierNeed,
+    TuningOptions,
+    boot_commands,
+    kernel_cmdline_for,
+    kv_tier_needs,
+    limits_conf,
+    parse_host_state,
+    parse_page_size,
+    plan_hugepages,
+    plan_tuning,
+    report_text,
+    runtime_changes,
+    sysctl_conf,
+)
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "probe"
+GiB = 2**30
+
+
+def state(name: str) -> HostState:
+    return parse_host_state((FIXTURES / name).read_text())
+
+
+def test_parse_controller_vm_state() -> None:
+    s = state("host-state-controller-vm-1node.txt")
+    assert s.nodes == [0]
+    assert s.node_memory_bytes[0] == 8480972 * 1024
+    assert s.hugepages == {(0, 1048576): 0, (0, 2048): 0}
+    assert s.thp_enabled == "madvise"
+    assert s.thp_defrag == "madvise"
+    assert s.numa_balancing == "0"
+    assert s.governor is None  # a VM without cpufreq
+    assert s.kernel_release.startswith("6.18.")
+    assert "console=ttyS0" in s.cmdline
+
+
+def test_parse_ignores_noise_and_missing_files() -> None:
+    s = parse_host_state("grep: /proc/sys/kernel/numa_balancing: No such file or directory\n\nnot a path\n")
+    assert s.nodes == [] and s.numa_balancing is None and s.thp_enabled is None
+
+
+def two_node_state() -> HostState:
+    """Node sizes from the real `numactl --hardware` of a 2 x EPYC 9135 + RTX 4090 host
+    (tests/fixtures/topology/numactl-hardware-cpu-compress-2x-epyc9135-4090-ktransformers-797.txt: 580088 and
+    580505 MB); that post shows no sysfs, so THP/cpufreq/cmdline are the stock Ubuntu 24.04 server values."""
+    return HostState(
+        node_memory_bytes={0: 580_088 * 2**20, 1: 580_505 * 2**20},
+        hugepages={(0, 2048): 0, (1, 2048): 0, (0, PAGE_1G_KB): 0, (1, PAGE_1G_KB): 0},
+        thp_enabled="always",
+        thp_defrag="madvise",
+        numa_balancing="1",
+        governor="schedutil",
+        governors_available=("conservative", "ondemand", "powersave", "performance", "schedutil"),
+        cmdline="BOOT_IMAGE=/vmlinuz-6.8.0-49-generic root=/dev/sda2 ro",
+        kernel_release="6.8.0-49-generic",
+    )
+
+
+LAYOUT_2xTP2 = {
+    "instances": [
+        {"name": "i0", "gpus": [0, 1], "numa_binding": {"mode": "numactl", "nodes": [0]}},
+        {"name": "i1", "gpus": [2, 3], "numa_binding": {"mode": "numactl", "nodes": [1]}},
+    ]
+}
+
+
+def test_hugepages_per_node_follow_the_bound_instances() -> None:
+    needs = kv_tier_needs(LAYOUT_2xTP2, 100 * GiB)
+    assert needs == [KvTierNeed("i0", (0,), 100 * GiB), KvTierNeed("i1", (1,), 100 * GiB)]
+    plan = plan_hugepages(needs, two_node_state().node_memory_bytes, margin_fraction=0.10)
+    # 100 GiB + 10 % = 110 GiB = 56320 pages of 2 MiB on each node
+    assert [(h.node, h.pages, h.instances) for h in plan] == [(0, 56320, ["i0"]), (1, 56320, ["i1"])]
+
+
+def test_unbound_instance_is_spread_over_all_nodes_and_per_instance_amounts() -> None:
+    layout = {
+        "instances": [
+            {"name": "i0", "gpus": [0, 1, 2, 3], "numa_binding": {"mode": "none", "nodes": []}},
+            {"name": "i1", "gpus": [4], "numa_binding": {"mode": "vllm", "nodes": [0, 1]}},
+        ]
+    }
+    needs = kv_tier_needs(layout, {"i0": 20 * GiB, "i1": 0})
+    plan = plan_hugepages(needs, two_node_state().node_memory_bytes, margin_fraction=0.0)
+    assert [h.pages for h in plan] == [5120, 5120]
+    assert needs[1].nodes == (0, 1)
+
+
+def test_node_overcommit_is_refused_with_the_variable_named() -> None:
+    needs = kv_tier_needs(LAYOUT_2xTP2, 600 * GiB)
+    with pytest.raises(FleetInputError, match="host_tuning_cpu_kv_bytes: NUMA node 0 would need"):
+        plan_hugepages(needs, two_node_state().node_memory_bytes)
+
+
+def test_binding_to_a_node_the_host_lacks_is_refused() -> None:
+    needs = kv_tier_needs(LAYOUT_2xTP2, GiB)
+    with pytest.raises(FleetInputError, match="bound to NUMA node 1, but this host has nodes \\[0\\]"):
+        plan_hugepages(needs, state("host-state-controller-vm-1node.txt").node_memory_bytes)
+
+
+def test_negative_inputs_are_refused() -> None:
+    with pytest.raises(FleetInputError, match="host_tuning_cpu_kv_bytes"):
+        kv_tier_needs(LAYOUT_2xTP2, -1)
+    with pytest.raises(FleetInputError, match="host_tuning_hugepages_margin"):
+        plan_hugepages([], {0: GiB}, margin_fraction=-0.5)
+    with pytest.raises(FleetInputError, match="host_tuning_hugepage_size: '4M'"):
+        parse_page_size("4M")
+    assert parse_page_size("1G") == PAGE_1G_KB and parse_page_size("2MiB") == PAGE_2M_KB
+
+
+def test_full_plan_on_the_two_socket_host() -> None:
+    s = two_node_state()
+    plan = plan_tuning(s, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), TuningOptions())
+    assert plan.sysctl == {"kernel.numa_balancing": "0"}
+    assert (GOVERNOR_GLOB, "performance") in plan.sysfs
+    assert ("/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages", "56320") in plan.sysfs
+    assert plan.kernel_cmdline == [] and not plan.reboot_required
+    changes = runtime_changes(plan, s)
+    assert "node 0: 2048 kB hugepages 0 -> 56320" in changes
+    assert "transparent hugepages enabled: always -> madvise" in changes
+    assert "CPU governor: schedutil -> performance" in changes
+    assert "kernel.numa_balancing: 1 -> 0" in changes
+    assert sysctl_conf(plan).endswith("kernel.numa_balancing = 0\n")
+    assert "vllm hard memlock unlimited" in limits_conf(plan)
+    cmds = boot_commands(plan)
+    assert cmds[0] == "echo 56320 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
+    assert cmds[-1] == f'for f in {GOVERNOR_GLOB}; do echo performance > "$f"; done'
+
+
+def test_one_gib_pages_go_on_the_kernel_command_line_and_need_a_reboot() -> None:
+    s = two_node_state()
+    plan = plan_tuning(s, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), TuningOptions(page_size_kb=PAGE_1G_KB))
+    assert plan.kernel_cmdline == ["hugepagesz=1G", "hugepages=0:110,1:110"]
+    assert plan.reboot_required
+    assert not any(p.endswith("nr_hugepages") for p, _ in plan.sysfs)
+    booted = HostState(**{**s.__dict__, "cmdline": s.cmdline + " hugepagesz=1G hugepages=0:110,1:110"})
+    assert not plan_tuning(booted, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB),
+                           TuningOptions(page_size_kb=PAGE_1G_KB)).reboot_required
+    # Ubuntu 22.04's 5.15 kernel predates per-node counts: the total, split evenly by the kernel
+    assert kernel_cmdline_for(plan.hugepages, "5.15.0-91-generic") == ["hugepagesz=1G", "hugepages=220"]
+
+
+def test_single_node_vm_without_cpufreq_and_nothing_bound() -> None:
+    s = state("host-state-controller-vm-1node.txt")
+    layout = {"instances": [{"name": "i0", "gpus": [], "numa_binding": {"mode": "none", "nodes": []}}]}
+    plan = plan_tuning(s, kv_tier_needs(layout, 0), TuningOptions())
+    assert plan.sysctl == {}
+    assert not any(p == GOVERNOR_GLOB for p, _ in plan.sysfs)
+    assert any("no cpufreq" in r for r in plan.reasons)
+    assert [h.pages for h in plan.hugepages] == [0]
+    changes = runtime_changes(plan, s)
+    assert changes == ["transparent hugepages defrag: madvise -> defer+madvise"]
+    text = report_text(plan, changes, applied=False)
+    assert "NOT applied at runtime (host_tuning_apply_runtime: false)" in text
+
+
+def test_bad_thp_and_numa_balancing_values_are_refused() -> None:
+    s = state("host-state-controller-vm-1node.txt")
+    with pytest.raises(FleetInputError, match="host_tuning_thp_enabled: 'sometimes'"):
+        plan_tuning(s, [], TuningOptions(thp_enabled="sometimes"))
+    with pytest.raises(FleetInputError, match="host_tuning_numa_balancing: 'maybe'"):
+        plan_tuning(s, [], TuningOptions(numa_balancing="maybe"))
