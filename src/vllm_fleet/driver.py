@@ -1,0 +1,692 @@
+"""NVIDIA driver and CUDA toolkit: parse what a host says, decide what to change, and when to reboot.
+
+The `nvidia_driver` role runs one read-only probe script on the host (`roles/nvidia_driver/files/probe.sh`),
+which prints sections `=== <name> rc=<N>` followed by the raw output of one command each. Everything here is
+pure: it reads that text (and the role's variables) and returns dataclasses. Rules worth knowing:
+
+- Detect first, change second: a host whose working driver satisfies the pin is `ok` and nothing changes.
+- `Failed to initialize NVML: Driver/library version mismatch` means the loaded kernel module and the
+  user-space libraries differ (typically an unattended upgrade of `libnvidia-*` under a running driver): only
+  a reboot (or a module reload) cures it, so it sets `reboot_required`.
+- A freshly installed module that is not the loaded one also sets `reboot_required`.
+- A host without an NVIDIA PCI device (vendor 0x10de, class 0x03xx) is `no_gpu`: nothing else is done there.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vllm_fleet.errors import FleetInputError
+
+NVIDIA_PCI_VENDOR = "0x10de"
+# Display controllers: 0x0300 VGA, 0x0302 3D controller (data-centre GPUs such as the H200 report 0x0302).
+_GPU_PCI_CLASSES = ("0x0300", "0x0302")
+
+SMI_QUERY_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "driver_version",
+    "persistence_mode",
+    "compute_cap",
+)
+
+REBOOT_POLICIES = ("auto", "never", "always")
+DRIVER_MODES = ("detect", "install")
+
+# NVIDIA's CUDA repository directory names per distribution, and per machine architecture.
+_CUDA_REPO_DISTROS = {
+    ("ubuntu", "22.04"): "ubuntu2204",
+    ("ubuntu", "24.04"): "ubuntu2404",
+    ("debian", "12"): "debian12",
+}
+_CUDA_REPO_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}
+
+# Minimum Linux driver per CUDA toolkit release (CUDA release notes, "CUDA Toolkit and Corresponding Driver
+# Versions", toolkit driver column). A toolkit newer than the driver builds code the driver cannot run.
+CUDA_MIN_DRIVER = {
+    "12.4": "550.54.14",
+    "12.5": "555.42.02",
+    "12.6": "560.28.03",
+    "12.8": "570.26",
+    "12.9": "575.51.03",
+    "13.0": "580.65.06",
+}
+
+# Packages of the driver stack that a hold must cover so that no upgrade swaps the user-space libraries under
+# a loaded kernel module (the cause of most "Driver/library version mismatch" reports).
+_DRIVER_PACKAGE_RE = re.compile(
+    r"^(nvidia-|libnvidia-|cuda-drivers|xserver-xorg-video-nvidia|libxnvctrl|cuda-compat-)"
+)
+
+
+# --------------------------------------------------------------------------------------------- probe text
+
+
+@dataclass(frozen=True)
+class Section:
+    """One command's output from the probe script."""
+
+    rc: int
+    text: str
+
+
+def split_probe(text: str) -> dict[str, Section]:
+    """Split the probe script's output into sections: `=== name rc=N` lines start each one."""
+    sections: dict[str, Section] = {}
+    name: str | None = None
+    rc = 0
+    lines: list[str] = []
+    header = re.compile(r"^=== (\S+) rc=(-?\d+)\s*$")
+    for line in text.splitlines():
+        match = header.match(line)
+        if match:
+            if name is not None:
+                sections[name] = Section(rc, "\n".join(lines))
+            name, rc, lines = match.group(1), int(match.group(2)), []
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        sections[name] = Section(rc, "\n".join(lines))
+    return sections
+
+
+# --------------------------------------------------------------------------------------------- parsers
+
+
+def parse_pci_sysfs(text: str) -> list[str]:
+    """PCI addresses of NVIDIA GPUs from lines `<address> <vendor> <class>` read from /sys/bus/pci/devices."""
+    gpus = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 3 or not re.fullmatch(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d", parts[0]):
+            continue
+        address, vendor, pci_class = parts
+        if vendor.lower() == NVIDIA_PCI_VENDOR and pci_class.lower()[:6] in _GPU_PCI_CLASSES:
+            gpus.append(address.lower())
+    return gpus
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    driver_version: str
+    persistence_mode: str
+    compute_cap: str | None
+
+
+def parse_smi_query(text: str) -> list[SmiGpu]:
+    """Rows of `nvidia-smi --query-gpu=<SMI_QUERY_FIELDS> --format=csv,noheader`."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(SMI_QUERY_FIELDS) or not cells[0].isdigit():
+            continue
+        compute_cap = cells[6] if re.fullmatch(r"\d+\.\d+", cells[6]) else None
+        gpus.append(SmiGpu(int(cells[0]), cells[1], cells[2], cells[3], cells[4], cells[5], compute_cap))
+    return gpus
+
+
+@dataclass(frozen=True)
+class SmiStatus:
+    """What nvidia-smi's answer says about the driver: `ok`, `mismatch`, `no_driver`, `no_devices`, `absent`,
+    `error`; `nvml_library_version` is printed with a mismatch (the user-space side)."""
+
+    state: str
+    message: str = ""
+    nvml_library_version: str | None = None
+
+
+def classify_smi(rc: int, text: str) -> SmiStatus:
+    """Classify nvidia-smi's exit status and output (stdout and stderr together)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if "Driver/library version mismatch" in text:
+        match = re.search(r"NVML library version:\s*([\d.]+)", text)
+        return SmiStatus("mismatch", first, match.group(1) if match else None)
+    if "couldn't communicate with the NVIDIA driver" in text or "couldn‘t communicate" in text:
+        return SmiStatus("no_driver", first)
+    if "No devices were found" in text:
+        return SmiStatus("no_devices", first)
+    if rc == 127 or ("not found" in first and "nvidia-smi" in first):
+        return SmiStatus("absent", first)
+    if rc == 0:
+        return SmiStatus("ok")
+    return SmiStatus("error", first)
+
+
+def parse_smi_version(text: str) -> dict[str, str]:
+    """`nvidia-smi --version` → {"driver_version", "cuda_version", "nvml_version"} (those it prints)."""
+    keys = {
+        "DRIVER version": "driver_version",
+        "CUDA Version": "cuda_version",
+        "NVML version": "nvml_version",
+    }
+    found = {}
+    for line in text.splitlines():
+        label, sep, value = line.partition(":")
+        if sep and label.strip() in keys:
+            found[keys[label.strip()]] = value.strip()
+    return found
+
+
+@dataclass(frozen=True)
+class LoadedModule:
+    """The NVIDIA kernel module in memory (`/proc/driver/nvidia/version`)."""
+
+    version: str | None
+    open: bool | None
+
+
+def parse_proc_driver_version(text: str) -> LoadedModule:
+    """`NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...` (open) or
+    `NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.54.03  ...` (proprietary)."""
+    for line in text.splitlines():
+        if line.startswith("NVRM version:"):
+            match = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", line + " ")
+            return LoadedModule(match.group(1) if match else None, "Open Kernel Module" in line)
+    return LoadedModule(None, None)
+
+
+def parse_proc_modules(text: str) -> list[str]:
+    """Names of loaded modules from /proc/modules lines."""
+    names = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1].isdigit():
+            names.append(parts[0])
+    return names
+
+
+@dataclass(frozen=True)
+class DpkgPackage:
+    name: str
+    version: str
+    installed: bool
+    held: bool
+
+
+def parse_dpkg_query(text: str) -> dict[str, DpkgPackage]:
+    """`dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`: the first letter of the
+    status is the selection (`h` = hold), the second the state (`i` = installed)."""
+    packages = {}
+    for line in text.splitlines():
+        cells = line.split("\t")
+        if len(cells) != 3 or not cells[2]:
+            continue
+        name = cells[0].split(":")[0]
+        status = cells[2]
+        packages[name] = DpkgPackage(name, cells[1], status[1:2] == "i", status[:1] == "h")
+    return packages
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip('"')
+    return values
+
+
+# --------------------------------------------------------------------------------------------- versions
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """`580.159.04` → (580, 159, 4); a Debian version such as `580.95.05-0ubuntu1` keeps its upstream part."""
+    upstream = version.split(":")[-1].split("-")[0].split("+")[0].split("~")[0]
+    parts = []
+    for piece in upstream.split("."):
+        digits = re.match(r"\d+", piece)
+        if not digits:
+            break
+        parts.append(int(digits.group(0)))
+    return tuple(parts)
+
+
+def upstream_version(deb_version: str) -> str:
+    """`1:580.95.05-0ubuntu1` → `580.95.05`."""
+    return deb_version.split(":")[-1].split("-")[0]
+
+
+@dataclass(frozen=True)
+class DriverPin:
+    """The driver the fleet wants: a branch (`580`) and optionally an exact version (`580.159.04`)."""
+
+    branch: str
+    version: str | None = None
+    open_kernel_modules: bool = True
+
+    @classmethod
+    def from_vars(cls, branch: Any, version: Any = "", open_kernel_modules: Any = True) -> DriverPin:
+        branch_s = str(branch).strip()
+        if not re.fullmatch(r"\d{3}", branch_s):
+            raise FleetInputError(
+                f"nvidia_driver_branch: {branch!r} is not a driver branch; set a three-digit branch such as "
+                "'580' (RTX 4090 / Ada needs 525 or newer; open kernel modules need 515 or newer)"
+            )
+        version_s = str(version or "").strip() or None
+        if version_s is not None:
+            if not re.fullmatch(r"\d{3}\.\d+(\.\d+)?", version_s):
+                raise FleetInputError(
+                    f"nvidia_driver_version: {version!r} is not a driver version; set e.g. '580.159.04' "
+                    "or '' to take the newest of the branch"
+                )
+            if version_s.split(".")[0] != branch_s:
+                raise FleetInputError(
+                    f"nvidia_driver_version: {version_s!r} is not in branch "
+                    f"nvidia_driver_branch={branch_s!r}; set nvidia_driver_branch to "
+                    f"{version_s.split('.')[0]!r} or pick a {branch_s}.x version"
+                )
+        if not isinstance(open_kernel_modules, bool):
+            raise FleetInputError(
+                f"nvidia_driver_open_kernel_modules: {open_kernel_modules!r} is not a boolean; "
+                "set true or false"
+            )
+        if open_kernel_modules and int(branch_s) < 515:
+            raise FleetInputError(
+                f"nvidia_driver_open_kernel_modules: true needs branch 515 or newer, not {branch_s}; "
+                "raise nvidia_driver_branch or set nvidia_driver_open_kernel_modules: false"
+            )
+        return cls(branch_s, version_s, open_kernel_modules)
+
+    def satisfied_by(self, version: str | None) -> bool:
+        if not version:
+            return False
+        if self.version is not None:
+            return version_tuple(version) == version_tuple(self.version)
+        return version.split(".")[0] == self.branch
+
+    @property
+    def apt_version(self) -> str:
+        """The `Pin: version` glob of the apt preferences file."""
+        return f"{self.version}-*" if self.version else f"{self.branch}.*"
+
+    def describe(self) -> str:
+        kind = "open" if self.open_kernel_modules else "proprietary"
+        return f"{self.version or self.branch + '.x'} ({kind} kernel modules)"
+
+
+def driver_packages(pin: DriverPin, distro: str) -> list[str]:
+    """Packages from NVIDIA's CUDA repository that install a compute driver of the pinned branch.
+
+    580 is the last branch with branch-named packages on Ubuntu; from 590 on the names carry no branch and
+    the apt preferences file alone keeps the branch (NVIDIA driver installation guide, "Version locking")."""
+    branch_named = int(pin.branch) < 590 and distro.startswith("ubuntu")
+    if pin.open_kernel_modules:
+        return [f"nvidia-driver-{pin.branch}-open"] if branch_named else ["nvidia-open"]
+    return [f"cuda-drivers-{pin.branch}"] if branch_named else ["cuda-drivers"]
+
+
+def cuda_repo_url(base: str, os_id: str, os_version: str, arch: str) -> str:
+    """`<base>/<distro>/<arch>/` for NVIDIA's repository layout; unsupported systems are refused by name."""
+    distro = _CUDA_REPO_DISTROS.get((os_id.lower(), os_version))
+    if distro is None:
+        supported = ", ".join(f"{o} {v}" for o, v in _CUDA_REPO_DISTROS)
+        raise FleetInputError(
+            f"host operating system: {os_id} {os_version} is not supported by the nvidia_driver role "
+            f"({supported}); use a supported release or set nvidia_driver_manage_repo: false and provide "
+            "the packages yourself"
+        )
+    repo_arch = _CUDA_REPO_ARCHES.get(arch)
+    if repo_arch is None:
+        raise FleetInputError(f"host architecture: {arch!r} has no CUDA repository (x86_64 or aarch64)")
+    return f"{base.rstrip('/')}/{distro}/{repo_arch}/"
+
+
+def cuda_toolkit_package(version: Any) -> str:
+    """`13.0` → `cuda-toolkit-13-0` (NVIDIA's per-release meta package)."""
+    version_s = str(version).strip()
+    if not re.fullmatch(r"\d{2}\.\d", version_s):
+        raise FleetInputError(
+            f"cuda_toolkit_version: {version!r} is not a CUDA release; "
+            "set e.g. '13.0' or '12.8' (major.minor)"
+        )
+    return "cuda-toolkit-" + version_s.replace(".", "-")
+
+
+def cuda_toolkit_installed(packages: dict[str, DpkgPackage], version: str) -> bool:
+    """The toolkit counts as present when its compiler package is installed (images often carry the pieces
+    without the `cuda-toolkit-X-Y` meta package, as on the real H200 machine)."""
+    suffix = version.replace(".", "-")
+    return any(
+        p.installed
+        for name, p in packages.items()
+        if name in (f"cuda-toolkit-{suffix}", f"cuda-nvcc-{suffix}")
+    )
+
+
+def cuda_driver_compatible(cuda_version: str, driver_version: str | None) -> tuple[bool, str]:
+    """Whether a driver runs code built by that toolkit; unknown toolkits pass with a note."""
+    minimum = CUDA_MIN_DRIVER.get(cuda_version)
+    if minimum is None:
+        return True, f"no minimum driver recorded for CUDA {cuda_version}"
+    if driver_version is None:
+        return True, f"CUDA {cuda_version} needs driver >= {minimum}; no driver seen yet"
+    ok = version_tuple(driver_version) >= version_tuple(minimum)
+    return ok, f"CUDA {cuda_version} needs driver >= {minimum}; driver is {driver_version}"
+
+
+def packages_to_hold(packages: dict[str, DpkgPackage], extra: list[str] | None = None) -> list[str]:
+    """Installed packages of the driver stack (and `extra` names), sorted: what the role holds."""
+    names = {n for n, p in packages.items() if p.installed and _DRIVER_PACKAGE_RE.match(n)}
+    names.update(n for n in extra or [] if n in packages and packages[n].installed)
+    return sorted(names)
+
+
+def installed_driver_version(packages: dict[str, DpkgPackage]) -> str | None:
+    """The driver version that dpkg installed, read from the user-space compute library (whatever its name:
+    `libnvidia-compute-580`, `libnvidia-compute`, `nvidia-driver-cuda`...)."""
+    for name in sorted(packages):
+        package = packages[name]
+        if package.installed and re.match(
+            r"^(libnvidia-compute|nvidia-driver-cuda|nvidia-kernel-common)", name
+        ):
+            return upstream_version(package.version)
+    return None
+
+
+# --------------------------------------------------------------------------------------------- assessment
+
+
+@dataclass
+class DriverAssessment:
+    """What the role saw and what it must do. `status`: `no_gpu`, `ok`, `install`, `reboot_pending`."""
+
+    status: str
+    gpu_pci_addresses: list[str]
+    gpus: list[dict[str, Any]]
+    smi: dict[str, Any]
+    driver_version: str | None
+    cuda_version: str | None
+    loaded_module: dict[str, Any]
+    installed_packages_version: str | None
+    held_packages: list[str]
+    kernel: str | None
+    headers_present: bool
+    nouveau_loaded: bool
+    secure_boot: str | None
+    pin: dict[str, Any]
+    needs_install: bool
+    reboot_required: bool
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def assess_driver(
+    probe_text: str,
+    pin: DriverPin,
+    *,
+    expected_gpu_count: int | None = None,
+    force: bool = False,
+) -> DriverAssessment:
+    """Read the probe output and decide: nothing (`ok`), `install`, a pending reboot, or `no_gpu`."""
+    sections = split_probe(probe_text)
+
+    def text(name: str) -> str:
+        return sections[name].text if name in sections else ""
+
+    def rc(name: str) -> int:
+        return sections[name].rc if name in sections else 127
+
+    pci = parse_pci_sysfs(text("pci"))
+    smi = classify_smi(rc("nvidia_smi_query"), text("nvidia_smi_query"))
+    gpus = parse_smi_query(text("nvidia_smi_query")) if smi.state == "ok" else []
+    version_info = parse_smi_version(text("nvidia_smi_version")) if rc("nvidia_smi_version") == 0 else {}
+    loaded = (
+        parse_proc_driver_version(text("proc_driver_version"))
+        if rc("proc_driver_version") == 0
+        else LoadedModule(None, None)
+    )
+    if loaded.version is None and rc("module_version") == 0 and text("module_version").strip():
+        loaded = LoadedModule(text("module_version").strip(), loaded.open)
+    modules = parse_proc_modules(text("proc_modules"))
+    packages = parse_dpkg_query(text("dpkg")) if rc("dpkg") == 0 else {}
+    installed_version = installed_driver_version(packages)
+    kernel = text("kernel").strip() or None
+    headers_present = rc("headers") == 0 and "present" in text("headers")
+    secure_boot = (
+        text("secure_boot").strip().splitlines()[0]
+        if rc("secure_boot") == 0 and text("secure_boot")
+        else None
+    )
+
+    driver_version = gpus[0].driver_version if gpus else version_info.get("driver_version")
+    reasons: list[str] = []
+    warnings: list[str] = []
+    needs_install = False
+    reboot_required = False
+
+    if not pci and smi.state != "ok" and not force:
+        status = "no_gpu"
+        reasons.append("no NVIDIA GPU on the PCI bus (vendor 0x10de, class 0x0300/0x0302): nothing to do")
+    elif smi.state == "ok":
+        if pin.satisfied_by(driver_version):
+            status = "ok"
+            reasons.append(f"driver {driver_version} answers and satisfies the pin {pin.describe()}")
+        else:
+            status = "install"
+            needs_install = True
+            reboot_required = True
+            reasons.append(f"driver {driver_version} answers but the pin is {pin.describe()}")
+        if loaded.open is not None and loaded.open != pin.open_kernel_modules and status == "ok":
+            kind = "open" if loaded.open else "proprietary"
+            warnings.append(
+                f"the loaded module is the {kind} one while nvidia_driver_open_kernel_modules="
+                f"{pin.open_kernel_modules}; left as is because the version satisfies the pin"
+            )
+    elif smi.state == "mismatch":
+        reboot_required = True
+        library = smi.nvml_library_version or installed_version
+        if library and pin.satisfied_by(installed_version or library):
+            status = "reboot_pending"
+            reasons.append(
+                f"kernel module {loaded.version or '?'} and user-space libraries {library} differ "
+                "(Driver/library version mismatch): the installed driver satisfies the pin, a reboot loads it"
+            )
+        else:
+            status = "install"
+            needs_install = True
+            reasons.append(
+                f"Driver/library version mismatch (module {loaded.version or '?'}, "
+                f"libraries {library or '?'}) "
+                f"and the installed driver does not satisfy the pin {pin.describe()}"
+            )
+    else:
+        if pin.satisfied_by(installed_version) and "nvidia" not in modules:
+            status = "reboot_pending"
+            reboot_required = True
+            reasons.append(
+                f"driver {installed_version} is installed but its module is not loaded "
+                f"(nvidia-smi: {smi.state}): a reboot loads it"
+            )
+        else:
+            status = "install"
+            needs_install = True
+            reboot_required = True
+            reasons.append(
+                f"nvidia-smi: {smi.state}{' (' + smi.message + ')' if smi.message else ''}; "
+                f"installed driver packages: {installed_version or 'none'}; pin {pin.describe()}"
+            )
+
+    if pci and gpus and len(gpus) != len(pci):
+        warnings.append(f"{len(pci)} NVIDIA GPUs on the PCI bus but nvidia-smi lists {len(gpus)}")
+    if expected_gpu_count is not None and status == "ok" and len(gpus) != expected_gpu_count:
+        warnings.append(
+            f"nvidia_driver_expected_gpu_count={expected_gpu_count} but nvidia-smi lists {len(gpus)}"
+        )
+    if "nouveau" in modules:
+        warnings.append("nouveau is loaded: it holds the GPUs until it is blacklisted and the host reboots")
+        reboot_required = reboot_required or status != "no_gpu"
+    if secure_boot and "enabled" in secure_boot.lower() and needs_install:
+        warnings.append(
+            "Secure Boot is enabled: the DKMS-built module must be signed with an enrolled MOK key "
+            "or it will not load"
+        )
+
+    return DriverAssessment(
+        status=status,
+        gpu_pci_addresses=pci,
+        gpus=[asdict(g) for g in gpus],
+        smi=asdict(smi),
+        driver_version=driver_version,
+        cuda_version=version_info.get("cuda_version"),
+        loaded_module=asdict(loaded),
+        installed_packages_version=installed_version,
+        held_packages=sorted(n for n, p in packages.items() if p.held),
+        kernel=kernel,
+        headers_present=headers_present,
+        nouveau_loaded="nouveau" in modules,
+        secure_boot=secure_boot,
+        pin=asdict(pin),
+        needs_install=needs_install,
+        reboot_required=reboot_required,
+        reasons=reasons,
+        warnings=warnings,
+    )
+
+
+def verify_driver(assessment: DriverAssessment, pin: DriverPin, expected_gpu_count: int | None) -> list[str]:
+    """Problems left after an install (empty when the driver answers, matches the pin and sees every GPU)."""
+    problems = []
+    if assessment.smi["state"] != "ok":
+        problems.append(
+            f"nvidia-smi does not answer: {assessment.smi['state']} {assessment.smi['message']}".strip()
+        )
+        return problems
+    if not pin.satisfied_by(assessment.driver_version):
+        problems.append(f"driver {assessment.driver_version} does not satisfy the pin {pin.describe()}")
+    expected = expected_gpu_count if expected_gpu_count is not None else len(assessment.gpu_pci_addresses)
+    if len(assessment.gpus) != expected:
+        problems.append(f"nvidia-smi lists {len(assessment.gpus)} GPUs, expected {expected}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------- reboot
+
+
+@dataclass(frozen=True)
+class RebootDecision:
+    reboot: bool
+    refused: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def is_local_connection(connection: str | None, inventory_hostname: str) -> bool:
+    """True when the play runs on the controller itself: rebooting it would cut the play off."""
+    return (connection or "") == "local" or inventory_hostname in _LOCAL_NAMES
+
+
+def decide_reboot(
+    policy: str, *, reboot_required: bool, changed: bool, connection: str | None, inventory_hostname: str
+) -> RebootDecision:
+    """`auto`: reboot when required; `always`: also after any driver change; `never`: report only. Never the
+    machine the play runs on (NVIDIA/ansible-role-nvidia-driver#20 rebooted the control node)."""
+    if policy not in REBOOT_POLICIES:
+        raise FleetInputError(
+            f"nvidia_driver_reboot: {policy!r} is not a policy; set one of {', '.join(REBOOT_POLICIES)}"
+        )
+    wanted = (policy == "auto" and reboot_required) or (policy == "always" and (reboot_required or changed))
+    if not wanted:
+        if reboot_required:
+            return RebootDecision(
+                False, False, f"a reboot is required and nvidia_driver_reboot={policy}: reboot by hand"
+            )
+        return RebootDecision(False, False, "no reboot needed")
+    if is_local_connection(connection, inventory_hostname):
+        return RebootDecision(
+            False,
+            True,
+            f"a reboot is required but {inventory_hostname} is the machine running this play (connection "
+            f"{connection or 'local'}): refusing to reboot it; reboot it by hand and run the play again",
+        )
+    return RebootDecision(True, False, "rebooting to load the pinned driver")
+
+
+# --------------------------------------------------------------------------------------------- repository key
+
+
+def _dearmor(armored: str) -> bytes:
+    body = []
+    inside = False
+    for line in armored.splitlines():
+        line = line.strip()
+        if line.startswith("-----BEGIN PGP PUBLIC KEY BLOCK"):
+            inside = True
+            continue
+        if line.startswith("-----END PGP PUBLIC KEY BLOCK"):
+            break
+        if not inside or (":" in line and not body):
+            continue
+        if line.startswith("="):  # CRC24 checksum line
+            continue
+        if line:
+            body.append(line)
+    if not body:
+        raise FleetInputError("repository key: no ASCII-armored 'PGP PUBLIC KEY BLOCK' found")
+    return base64.b64decode("".join(body))
+
+
+def openpgp_fingerprints(key: str | bytes) -> list[str]:
+    """Fingerprints (upper-case hex) of the v4 primary and sub keys in an armored or binary OpenPGP key file.
+
+    RFC 4880 §12.2: SHA-1 over 0x99, the two-byte body length and the public-key packet body."""
+    data = _dearmor(key) if isinstance(key, str) else key
+    fingerprints = []
+    pos = 0
+    while pos < len(data):
+        tag_byte = data[pos]
+        if not tag_byte & 0x80:
+            raise FleetInputError("repository key: not an OpenPGP packet stream")
+        if tag_byte & 0x40:  # new packet format
+            tag = tag_byte & 0x3F
+            first = data[pos + 1]
+            if first < 192:
+                length, hdr = first, 2
+            elif first < 224:
+                length, hdr = ((first - 192) << 8) + data[pos + 2] + 192, 3
+            else:
+                length, hdr = int.from_bytes(data[pos + 2 : pos + 6], "big"), 6
+        else:
+            tag = (tag_byte >> 2) & 0x0F
+            length_type = tag_byte & 0x03
+            size = {0: 1, 1: 2, 2: 4}.get(length_type)
+            if size is None:
+                raise FleetInputError("repository key: indeterminate-length packets are not supported")
+            length, hdr = int.from_bytes(data[pos + 1 : pos + 1 + size], "big"), 1 + size
+        body = data[pos + hdr : pos + hdr + length]
+        if tag in (6, 14) and body[:1] == b"\x04":
+            digest = hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + body, usedforsecurity=False)
+            fingerprints.append(digest.hexdigest().upper())
+        pos += hdr + length
+    return fingerprints
+
+
+def check_key_fingerprint(key: str | bytes, expected: str, source: str) -> str:
+    """Return the matching fingerprint, or explain a rotated/wrong key (complaint: CUDA key rotation 2022)."""
+    wanted = re.sub(r"\s", "", expected).upper()
+    found = openpgp_fingerprints(key)
+    for fingerprint in found:
+        if fingerprint == wanted or fingerprint.endswith(wanted):
+            return fingerprint
+    raise FleetInputError(
+        f"nvidia_driver_repo_key_fingerprint: {expected!r} is not a fingerprint of the key from {source} "
+        f"(it holds {', '.join(found) or 'no key'}); if NVIDIA rotated its key, check the new one "
+        "out of band and set nvidia_driver_repo_key_fingerprint to it"
+    )
