@@ -1,0 +1,611 @@
+"""KV-cache capacity from a model's own config.json, computed the way vLLM computes it.
+
+Public API (the `plan` command and the verify role use it; keep it stable):
+
+    KvShape.from_model_config(config: dict) -> KvShape
+    plan_capacity(model_config, *, tensor_parallel_size, kv_cache_dtype, max_model_len, kv_bytes_per_gpu,
+                  block_size=16, max_num_batched_tokens=None, avg_input_len=None, vllm_version=None,
+                  num_speculative_tokens=0, mamba_cache_mode="align", device="GPU", dtype=None) -> CapacityPlan
+    CapacityPlan.to_dict()   # the JSON of `vllm-fleet plan --json` (DESIGN §4)
+
+How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_capacity*.py):
+- Each attention layer stores, per token and per GPU, `kv_heads_per_rank * (head_dim + v_head_dim) * dtype_bytes`
+  with `kv_heads_per_rank = max(1, kv_heads // TP)`; MLA layers store `kv_lora_rank + qk_rope_head_dim` elements
+  once, on every rank. fp8 KV dtypes are 1 byte; `auto` is the model dtype.
+- Layers of one kind form KV-cache groups (one group when the model has one kind; otherwise groups of
+  `min(layers per kind)` layers). A block of the shared pool costs `group_size * page_bytes`; the pool holds
+  `kv_bytes_per_gpu // bytes_per_block` blocks (the reserved null block included).
+- Linear-attention layers (Gated DeltaNet in Qwen3-Next / Qwen3.5) keep a fixed recurrent state per request. The
+  attention block size is raised to the smallest multiple of 16 whose page holds that state, and each request
+  takes `1 + spec` (`mamba_cache_mode="none"`) or `2 + spec` (`"align"`, prefix caching on) blocks per linear group.
+- vLLM >= 0.20.1 reports `tokens = int(num_blocks / blocks_per_request * max_model_len)` (group-aware); older
+  releases report `num_blocks // num_groups * block_size`. Concurrency is `num_blocks / blocks_per_request`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.sizes import format_bytes, format_count
+
+# Every value vLLM 0.33 accepts (vllm-facts §1); only some can be sized here.
+VALID_KV_CACHE_DTYPES = (
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
+    "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
+    "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+)
+_KV_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+# vLLM's fp8_ds_mla page per token and layer: 512 fp8 latent values, 4 float32 scales, 64 bf16 rope values.
+_FP8_DS_MLA_BYTES_PER_TOKEN = 656
+_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+_DEFAULT_ASSUMED_BATCHED_TOKENS = 8192
+# The attention kernels' block alignment that vLLM uses when it enlarges blocks for hybrid models.
+_HYBRID_BLOCK_ALIGNMENT = 16
+# First release seen printing the group-aware token count (the v0.20.1 log of club-3090#91 matches it exactly).
+_GROUP_AWARE_SINCE = (0, 20, 1)
+
+
+@dataclass(frozen=True)
+class LinearAttentionState:
+    """Shape of one Gated-DeltaNet layer's recurrent state (Qwen3-Next, Qwen3.5)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    ssm_dtype: str | None
+
+    def page_bytes(self, tensor_parallel_size: int, conv_bytes: int, num_speculative_tokens: int) -> int:
+        """Bytes of one layer's state on one GPU (`gated_delta_net_state_shape` in vLLM)."""
+        tp = tensor_parallel_size
+        conv_dim = self.key_head_dim * self.num_key_heads * 2 + self.value_head_dim * self.num_value_heads
+        conv = (conv_dim // tp) * (self.conv_kernel - 1 + num_speculative_tokens) * conv_bytes
+        ssm_bytes = _MODEL_DTYPE_BYTES.get(self.ssm_dtype or "", conv_bytes)
+        temporal = (self.num_value_heads // tp) * self.key_head_dim * self.value_head_dim * ssm_bytes
+        return conv + temporal
+
+
+@dataclass(frozen=True)
+class KvShape:
+    """What a model stores per token, read from its config.json."""
+
+    model_type: str
+    num_layers: int
+    full_attention_layers: int
+    sliding_window_layers: int
+    linear_attention_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    sliding_window: int | None
+    mla_kv_lora_rank: int | None
+    mla_rope_head_dim: int | None
+    model_dtype: str
+    max_position_limit: int | None
+    linear: LinearAttentionState | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def is_mla(self) -> bool:
+        return self.mla_kv_lora_rank is not None
+
+    @property
+    def attention_layers(self) -> int:
+        return self.full_attention_layers + self.sliding_window_layers
+
+    def kv_heads_per_rank(self, tensor_parallel_size: int) -> int:
+        if self.is_mla:
+            return 1
+        return max(1, self.num_kv_heads // tensor_parallel_size)
+
+    def bytes_per_token_per_layer(self, kv_heads: int, kv_dtype: str, dtype_bytes: int) -> int:
+        if self.is_mla:
+            if kv_dtype == "fp8_ds_mla":
+                return _FP8_DS_MLA_BYTES_PER_TOKEN
+            return (int(self.mla_kv_lora_rank or 0) + int(self.mla_rope_head_dim or 0)) * dtype_bytes
+        return kv_heads * (self.head_dim + self.v_head_dim) * dtype_bytes
+
+    @classmethod
+    def from_model_config(cls, config: dict[str, Any], source: str = "model config") -> KvShape:
+        return _shape_from_config(config, source)
+
+
+def _int_field(cfg: dict[str, Any], names: tuple[str, ...], source: str, default: int | None = None) -> int:
+    for name in names:
+        value = cfg.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise FleetInputError(f"{source}: {name} = {value!r} is not a positive integer; fix the config.json")
+        return value
+    if default is not None:
+        return default
+    raise FleetInputError(
+        f"{source}: no {' / '.join(names)} in the model's config.json (nor in its text_config); give the "
+        "config.json of the model itself (the one beside the weights)"
+    )
+
+
+def _merged_text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Top-level keys overlaid by the language model's own section (multimodal wrappers nest it)."""
+    merged = {key: value for key, value in config.items() if not isinstance(value, dict)}
+    for nested in ("text_config", "llm_config", "language_config"):
+        section = config.get(nested)
+        if isinstance(section, dict):
+            merged.update(section)
+            break
+    return merged
+
+
+def _layer_kinds(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[list[str], list[str]]:
+    """One kind per layer: 'full', 'sliding' or 'linear', with notes on how it was decided."""
+    notes: list[str] = []
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        if len(layer_types) != num_layers:
+            raise FleetInputError(
+                f"{source}: layer_types lists {len(layer_types)} layers but num_hidden_layers is {num_layers}; "
+                "fix the config.json"
+            )
+        kinds = []
+        for index, kind in enumerate(layer_types):
+            text = str(kind)
+            if text in ("linear_attention", "mamba", "gated_delta_net", "linear"):
+                kinds.append("linear")
+            elif "sliding" in text or text == "chunked_attention":
+                kinds.append("sliding")
+            elif "attention" in text:
+                kinds.append("full")
+            else:
+                raise FleetInputError(
+                    f"{source}: layer_types[{index}] = {text!r} is not a layer kind the planner knows "
+                    "(full_attention, sliding_attention, linear_attention)"
+                )
+        notes.append("layer kinds from layer_types")
+        return kinds, notes
+    interval = cfg.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0 and any(k.startswith("linear_") for k in cfg):
+        notes.append(f"every {interval}th layer is full attention (full_attention_interval)")
+        return ["full" if (i + 1) % interval == 0 else "linear" for i in range(num_layers)], notes
+    window = cfg.get("sliding_window")
+    if isinstance(window, int) and window > 0 and cfg.get("use_sliding_window", True) is not False:
+        pattern = cfg.get("sliding_window_pattern")
+        if isinstance(pattern, int) and pattern > 1:
+            notes.append(f"every {pattern}th layer is full attention (sliding_window_pattern)")
+            return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers)], notes
+        if str(cfg.get("model_type", "")).startswith("gemma2"):
+            notes.append("Gemma-2 alternates sliding and full layers")
+            return ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)], notes
+        notes.append(f"every layer uses a sliding window of {window}")
+        return ["sliding"] * num_layers, notes
+    return ["full"] * num_layers, notes
+
+
+def _position_limit(cfg: dict[str, Any]) -> int | None:
+    """The longest context the checkpoint supports as configured (YaRN: original × factor)."""
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, dict):
+        factor = rope.get("factor")
+        original = rope.get("original_max_position_embeddings")
+        if isinstance(factor, int | float) and isinstance(original, int) and factor > 0:
+            return int(original * factor)
+    limit = cfg.get("max_position_embeddings")
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
+    if not isinstance(config, dict):
+        raise FleetInputError(f"{source}: expected a JSON object (the model's config.json), got {type(config)}")
+    cfg = _merged_text_config(config)
+    num_layers = _int_field(cfg, ("num_hidden_layers", "num_layers", "n_layer"), source)
+    heads = _int_field(cfg, ("num_attention_heads", "n_head"), source)
+    kv_heads = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), source, default=heads)
+    hidden = cfg.get("hidden_size")
+    head_default = hidden // heads if isinstance(hidden, int) and hidden > 0 else None
+    head_dim = _int_field(cfg, ("head_dim",), source, default=head_default)
+    v_head_dim = head_dim
+    kv_lora_rank = cfg.get("kv_lora_rank")
+    rope_dim = None
+    if kv_lora_rank is not None:
+        kv_lora_rank = _int_field(cfg, ("kv_lora_rank",), source)
+        rope_dim = _int_field(cfg, ("qk_rope_head_dim",), source)
+        kv_heads = 1
+    kinds, notes = _layer_kinds(cfg, num_layers, source)
+    linear = None
+    if "linear" in kinds:
+        linear = LinearAttentionState(
+            num_key_heads=_int_field(cfg, ("linear_num_key_heads",), source),
+            num_value_heads=_int_field(cfg, ("linear_num_value_heads",), source),
+            key_head_dim=_int_field(cfg, ("linear_key_head_dim",), source),
+            value_head_dim=_int_field(cfg, ("linear_value_head_dim",), source),
+            conv_kernel=_int_field(cfg, ("linear_conv_kernel_dim", "conv_kernel"), source, default=4),
+            ssm_dtype=cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None,
+        )
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    window = cfg.get("sliding_window") if "sliding" in kinds else None
+    return KvShape(
+        model_type=str(cfg.get("model_type") or config.get("model_type") or "unknown"),
+        num_layers=num_layers,
+        full_attention_layers=kinds.count("full"),
+        sliding_window_layers=kinds.count("sliding"),
+        linear_attention_layers=kinds.count("linear"),
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        sliding_window=window if isinstance(window, int) else None,
+        mla_kv_lora_rank=kv_lora_rank,
+        mla_rope_head_dim=rope_dim,
+        model_dtype=str(dtype),
+        max_position_limit=_position_limit(cfg),
+        linear=linear,
+        notes=tuple(notes),
+    )
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """`0.20.1`, `v0.10.2.dev378+g4d7f` -> (0, 20, 1); None stays None (= the newest behaviour)."""
+    if text is None or text == "":
+        return None
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(text).strip())
+    if not match:
+        raise FleetInputError(f"--vllm-version: cannot read {text!r}; give a release such as 0.32.0")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def _kv_dtype_bytes(kv_cache_dtype: str, shape: KvShape, model_dtype: str) -> int:
+    if kv_cache_dtype not in VALID_KV_CACHE_DTYPES:
+        raise FleetInputError(
+            f"--kv-cache-dtype: {kv_cache_dtype!r} is not a vLLM kv-cache dtype; valid values are "
+            f"{', '.join(VALID_KV_CACHE_DTYPES)}"
+        )
+    if kv_cache_dtype == "auto":
+        return _MODEL_DTYPE_BYTES[model_dtype]
+    if kv_cache_dtype == "fp8_ds_mla":
+        if not shape.is_mla:
+            raise FleetInputError(
+                "--kv-cache-dtype: fp8_ds_mla is only for MLA models (DeepSeek-style); this model has no "
+                "kv_lora_rank. Use fp8 (or fp8_e4m3) instead"
+            )
+        return 1
+    if kv_cache_dtype not in _KV_DTYPE_BYTES:
+        raise FleetInputError(
+            f"--kv-cache-dtype: the planner cannot size {kv_cache_dtype!r} (its page layout is not modelled); "
+            "plan with fp8 / bfloat16 / auto, or check the real log with `vllm-fleet logcheck`"
+        )
+    return _KV_DTYPE_BYTES[kv_cache_dtype]
+
+
+@dataclass(frozen=True)
+class _Group:
+    kind: str  # full | sliding | linear
+    count: int  # how many groups of this kind
+
+
+@dataclass
+class CapacityPlan:
+    """The answer of `vllm-fleet plan` (DESIGN §4); `to_dict()` is its JSON."""
+
+    model_type: str
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+    kv_dtype_bytes: int
+    max_model_len: int
+    kv_bytes_per_gpu: int
+    block_size: int
+    num_gpu_blocks: int
+    kv_heads_per_gpu: int
+    attention_layers: int
+    full_attention_layers: int
+    sliding_window_layers: int
+    linear_attention_layers: int
+    kv_bytes_per_token: int
+    kv_bytes_per_token_per_gpu: int
+    kv_bytes_per_token_full_attention: int
+    linear_state_bytes_per_request_per_gpu: int
+    blocks_per_request: int
+    gpu_kv_tokens: int
+    max_concurrency: float
+    fits_on_gpu: bool
+    estimated_max_model_len: int
+    offload_bytes_needed: int
+    prefill_chunks: int | None
+    max_num_batched_tokens: int | None
+    avg_input_len: int | None
+    concurrency_at_avg_input_len: float | None
+    token_formula: str
+    kv_cache_line: str
+    expectations: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["max_concurrency"] = round(self.max_concurrency, 4)
+        if self.concurrency_at_avg_input_len is not None:
+            data["concurrency_at_avg_input_len"] = round(self.concurrency_at_avg_input_len, 4)
+        return data
+
+
+def _groups(shape: KvShape) -> tuple[int, list[_Group]]:
+    """vLLM's KV-cache groups: (layers per group, groups per kind)."""
+    counts = {
+        kind: number
+        for kind, number in (
+            ("full", shape.full_attention_layers),
+            ("sliding", shape.sliding_window_layers),
+            ("linear", shape.linear_attention_layers),
+        )
+        if number > 0
+    }
+    if len(counts) == 1:
+        kind, number = next(iter(counts.items()))
+        return number, [_Group(kind, 1)]
+    smallest, largest = min(counts.values()), max(counts.values())
+    # vLLM takes the largest kind as the group size when that wastes < 25% (padding layers), else the smallest.
+    group_size = largest if largest < smallest * 1.25 else smallest
+    return group_size, [_Group(kind, math.ceil(number / group_size)) for kind, number in counts.items()]
+
+
+def _blocks_for(group: _Group, tokens: int, block_size: int, shape: KvShape, batched: int, state_blocks: int) -> int:
+    if group.kind == "full":
+        return math.ceil(tokens / block_size)
+    if group.kind == "sliding":
+        window = shape.sliding_window or tokens
+        return math.ceil(min(window - 1 + batched, tokens) / block_size) + 1
+    return state_blocks
+
+
+def _require_positive(name: str, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise FleetInputError(f"{name}: {value!r} must be a positive integer")
+
+
+def plan_capacity(
+    model_config: dict[str, Any] | KvShape,
+    *,
+    tensor_parallel_size: int,
+    kv_cache_dtype: str,
+    max_model_len: int,
+    kv_bytes_per_gpu: int,
+    block_size: int = 16,
+    max_num_batched_tokens: int | None = None,
+    avg_input_len: int | None = None,
+    vllm_version: str | None = None,
+    num_speculative_tokens: int = 0,
+    mamba_cache_mode: str = "align",
+    device: str = "GPU",
+    dtype: str | None = None,
+) -> CapacityPlan:
+    """Plan one instance's KV cache. Every size is per GPU (per TP rank), as vLLM's flags are."""
+    shape = model_config if isinstance(model_config, KvShape) else KvShape.from_model_config(model_config)
+    _require_positive("--tensor-parallel-size", tensor_parallel_size)
+    _require_positive("--max-model-len", max_model_len)
+    _require_positive("--kv-bytes-per-gpu", kv_bytes_per_gpu)
+    _require_positive("--block-size", block_size)
+    _require_positive("--max-num-batched-tokens", max_num_batched_tokens)
+    _require_positive("--avg-input-len", avg_input_len)
+    if num_speculative_tokens < 0:
+        raise FleetInputError(f"--num-speculative-tokens: {num_speculative_tokens} must be 0 or more")
+    if mamba_cache_mode not in ("align", "none"):
+        raise FleetInputError(
+            f"--mamba-cache-mode: {mamba_cache_mode!r} must be 'align' (prefix caching on) or 'none'"
+        )
+    version = parse_version(vllm_version)
+    warnings: list[str] = []
+    notes = list(shape.notes)
+    tp = tensor_parallel_size
+
+    model_dtype = (dtype or shape.model_dtype).replace("torch.", "")
+    if model_dtype not in _MODEL_DTYPE_BYTES:
+        raise FleetInputError(
+            f"--dtype / torch_dtype: {model_dtype!r} is not a dtype the planner knows; use bfloat16 or float16"
+        )
+    if _MODEL_DTYPE_BYTES[model_dtype] == 4 and kv_cache_dtype == "auto":
+        warnings.append(
+            "the model is float32; vLLM serves float32 checkpoints in bfloat16 unless --dtype float32, so the "
+            "KV cache is planned at 2 bytes"
+        )
+        model_dtype = "bfloat16"
+    dtype_bytes = _kv_dtype_bytes(kv_cache_dtype, shape, model_dtype)
+    act_bytes = _MODEL_DTYPE_BYTES[model_dtype]
+
+    if not shape.is_mla:
+        if shape.num_kv_heads >= tp and shape.num_kv_heads % tp:
+            warnings.append(
+                f"{shape.num_kv_heads} KV heads do not divide over tensor_parallel_size {tp}: vLLM refuses to "
+                "start; pick a TP size that divides the KV heads"
+            )
+        elif shape.num_kv_heads < tp:
+            warnings.append(
+                f"tensor_parallel_size {tp} exceeds the model's {shape.num_kv_heads} KV heads: each GPU keeps a "
+                "replica of one KV head, so KV capacity stops growing with TP"
+            )
+        if shape.num_attention_heads % tp:
+            warnings.append(
+                f"{shape.num_attention_heads} attention heads do not divide over tensor_parallel_size {tp}: "
+                "vLLM refuses to start"
+            )
+
+    kv_heads = shape.kv_heads_per_rank(tp)
+    per_layer_rank = shape.bytes_per_token_per_layer(kv_heads, kv_cache_dtype, dtype_bytes)
+    per_layer_model = shape.bytes_per_token_per_layer(
+        shape.num_kv_heads if not shape.is_mla else 1, kv_cache_dtype, dtype_bytes
+    )
+    per_token_rank = shape.attention_layers * per_layer_rank
+    per_token_model = shape.attention_layers * per_layer_model
+    per_token_full = shape.full_attention_layers * per_layer_model
+
+    effective_block = block_size
+    linear_page = 0
+    state_blocks = 0
+    if shape.linear is not None:
+        linear_page = shape.linear.page_bytes(tp, act_bytes, num_speculative_tokens)
+        needed = math.ceil(linear_page / (_HYBRID_BLOCK_ALIGNMENT * per_layer_rank)) * _HYBRID_BLOCK_ALIGNMENT
+        effective_block = max(block_size, needed)
+        state_blocks = (2 if mamba_cache_mode == "align" else 1) + num_speculative_tokens
+        notes.append(
+            f"linear-attention state {format_bytes(linear_page)} per layer per GPU; attention block size raised "
+            f"to {effective_block} tokens so one page holds it; {state_blocks} state blocks per request per "
+            f"linear group ({mamba_cache_mode} mode)"
+        )
+        warnings.append(
+            "hybrid model: the linear-attention state size follows vLLM's gated_delta_net_state_shape "
+            f"(ssm dtype {shape.linear.ssm_dtype or model_dtype}); compare gpu_kv_tokens with the real log"
+        )
+    page = effective_block * per_layer_rank if shape.attention_layers else linear_page
+    group_size, groups = _groups(shape)
+    bytes_per_block = group_size * page
+    num_blocks = kv_bytes_per_gpu // bytes_per_block
+
+    batched = max_num_batched_tokens
+    if shape.sliding_window_layers and batched is None:
+        batched = _DEFAULT_ASSUMED_BATCHED_TOKENS
+        warnings.append(
+            f"sliding-window layers keep window-1+max_num_batched_tokens tokens; assumed {batched} "
+            "(give --max-num-batched-tokens)"
+        )
+
+    def blocks_needed(tokens: int) -> int:
+        return sum(
+            group.count * _blocks_for(group, tokens, effective_block, shape, batched or 0, state_blocks)
+            for group in groups
+        )
+
+    per_request = blocks_needed(max_model_len)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    group_aware = version is None or version >= _GROUP_AWARE_SINCE
+    num_groups = sum(group.count for group in groups)
+    if group_aware:
+        tokens = int(concurrency * max_model_len)
+        formula = "int(num_blocks / blocks_per_request * max_model_len) (vLLM >= 0.20.1)"
+    else:
+        tokens = num_blocks // num_groups * effective_block
+        formula = "num_blocks // kv_cache_groups * block_size (vLLM < 0.20.1)"
+        if version is not None and version < (0, 9, 2):
+            concurrency = tokens / max_model_len
+    fits = num_blocks >= per_request
+
+    # The longest request the pool can hold: grow it block by block over the full-attention groups.
+    low, high = 0, max(max_model_len, num_blocks * effective_block) + effective_block
+    while low < high:
+        middle = (low + high + 1) // 2
+        if blocks_needed(middle) <= num_blocks:
+            low = middle
+        else:
+            high = middle - 1
+    estimated_max_len = low
+
+    offload = 0
+    if not fits:
+        offload = max(0, max_model_len - estimated_max_len) * per_token_full
+        warnings.append(
+            f"one request of max_model_len {format_count(max_model_len)} needs {format_count(per_request)} KV "
+            f"blocks per GPU but {format_bytes(kv_bytes_per_gpu)} per GPU holds {format_count(num_blocks)}: "
+            f"vLLM refuses to start ('To serve at least one request with the model's max seq len'); the "
+            f"longest request that fits is about {format_count(estimated_max_len)} tokens. A CPU offload tier "
+            f"would have to hold {format_bytes(offload)} ({format_count(offload)} bytes, all GPUs together) "
+            "for the rest, but vLLM's OffloadingConnector only keeps evicted prefix blocks and does not lift "
+            "that start-up check: raise the KV memory, add GPUs, use a smaller KV dtype or lower max_model_len"
+        )
+    if shape.max_position_limit is not None and max_model_len > shape.max_position_limit:
+        warnings.append(
+            f"max_model_len {format_count(max_model_len)} exceeds what the checkpoint supports as configured "
+            f"({format_count(shape.max_position_limit)} positions): enable RoPE scaling (YaRN) through "
+            "--hf-overrides with original_max_position_embeddings × factor ≥ max_model_len"
+        )
+
+    chunks = None
+    if max_num_batched_tokens is not None:
+        chunks = math.ceil(max_model_len / max_num_batched_tokens)
+    avg_concurrency = None
+    if avg_input_len is not None:
+        avg_concurrency = num_blocks / blocks_needed(avg_input_len)
+
+    line = (
+        f"{device} KV cache size: {format_count(tokens)} tokens, Maximum concurrency for "
+        f"{format_count(max_model_len)} tokens per request: {concurrency:.2f}x"
+    )
+    expectations = {
+        "kv_cache_tokens": tokens,
+        "max_concurrency": round(concurrency, 2),
+        "max_model_len": max_model_len,
+        "kv_cache_dtype": kv_cache_dtype,
+    }
+    return CapacityPlan(
+        model_type=shape.model_type,
+        tensor_parallel_size=tp,
+        kv_cache_dtype=kv_cache_dtype,
+        kv_dtype_bytes=dtype_bytes,
+        max_model_len=max_model_len,
+        kv_bytes_per_gpu=kv_bytes_per_gpu,
+        block_size=effective_block,
+        num_gpu_blocks=num_blocks,
+        kv_heads_per_gpu=kv_heads,
+        attention_layers=shape.attention_layers,
+        full_attention_layers=shape.full_attention_layers,
+        sliding_window_layers=shape.sliding_window_layers,
+        linear_attention_layers=shape.linear_attention_layers,
+        kv_bytes_per_token=per_token_model,
+        kv_bytes_per_token_per_gpu=per_token_rank,
+        kv_bytes_per_token_full_attention=per_token_full,
+        linear_state_bytes_per_request_per_gpu=shape.linear_attention_layers * linear_page * state_blocks,
+        blocks_per_request=per_request,
+        gpu_kv_tokens=tokens,
+        max_concurrency=concurrency,
+        fits_on_gpu=fits,
+        estimated_max_model_len=estimated_max_len,
+        offload_bytes_needed=offload,
+        prefill_chunks=chunks,
+        max_num_batched_tokens=max_num_batched_tokens,
+        avg_input_len=avg_input_len,
+        concurrency_at_avg_input_len=avg_concurrency,
+        token_formula=formula,
+        kv_cache_line=line,
+        expectations=expectations,
+        warnings=warnings,
+        notes=notes,
+    )
+
+
+def format_plan(plan: CapacityPlan) -> str:
+    """The human-readable report of `vllm-fleet plan`."""
+    rows = [
+        f"model type            {plan.model_type} ({plan.full_attention_layers} full-attention, "
+        f"{plan.sliding_window_layers} sliding-window, {plan.linear_attention_layers} linear-attention layers)",
+        f"KV per token          {format_count(plan.kv_bytes_per_token)} B whole model, "
+        f"{format_count(plan.kv_bytes_per_token_per_gpu)} B per GPU "
+        f"({plan.kv_heads_per_gpu} KV heads per GPU, {plan.kv_cache_dtype} = {plan.kv_dtype_bytes} B)",
+        f"KV memory per GPU     {format_bytes(plan.kv_bytes_per_gpu)} -> {format_count(plan.num_gpu_blocks)} blocks "
+        f"of {plan.block_size} tokens",
+        f"GPU KV tokens         {format_count(plan.gpu_kv_tokens)} (TP {plan.tensor_parallel_size})",
+        f"max concurrency       {plan.max_concurrency:.2f}x at {format_count(plan.max_model_len)} tokens",
+        f"fits on GPU           {'yes' if plan.fits_on_gpu else 'NO'}"
+        + ("" if plan.fits_on_gpu else f" (longest request ~{format_count(plan.estimated_max_model_len)} tokens)"),
+    ]
+    if not plan.fits_on_gpu:
+        rows.append(
+            f"CPU tier needed       {format_bytes(plan.offload_bytes_needed)} "
+            f"({format_count(plan.offload_bytes_needed)} B)"
+        )
+    if plan.prefill_chunks is not None:
+        rows.append(
+            f"prefill chunks        {plan.prefill_chunks} of {format_count(plan.max_num_batched_tokens or 0)} tokens"
+        )
+    if plan.concurrency_at_avg_input_len is not None:
+        rows.append(
+            f"concurrency at avg    {plan.concurrency_at_avg_input_len:.2f}x at "
+            f"{format_count(plan.avg_input_len or 0)} tokens"
+        )
+    rows.append(f"expected log line     {plan.kv_cache_line}")
+    rows.extend(f"warning: {text}" for text in plan.warnings)
+    return "\n".join(rows)
