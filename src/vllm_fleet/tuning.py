@@ -383,6 +383,13 @@ def boot_commands(plan: TuningPlan) -> list[str]:
     return commands
 
 
+def unit_exec_starts(plan: TuningPlan) -> list[str]:
+    """`boot_commands` as ExecStart= values: systemd expands `$` and `%` itself, so they are doubled."""
+    return [
+        "/bin/sh -c '" + cmd.replace("$", "$$").replace("%", "%%") + "'" for cmd in boot_commands(plan)
+    ]
+
+
 def report_text(plan: TuningPlan, changes: list[str], applied: bool) -> str:
     lines = ["host tuning plan:"]
     for h in plan.hugepages:
@@ -400,11 +407,11 @@ def report_text(plan: TuningPlan, changes: list[str], applied: bool) -> str:
     lines += [f"  WARNING: {w}" for w in plan.warnings]
     if changes:
         verb = (
-            "applied at runtime"
+            "applied to the running kernel"
             if applied
             else "NOT applied at runtime (host_tuning_apply_runtime: false); written for the next boot"
         )
-        lines.append(f"  runtime changes {verb}:")
+        lines.append(f"  changes, {verb}:")
         lines += [f"    {c}" for c in changes]
     else:
         lines.append("  the running host already matches")

@@ -29,6 +29,7 @@ from vllm_fleet.tuning import (
     report_text,
     runtime_changes,
     sysctl_conf,
+    unit_exec_starts,
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "probe"
@@ -177,3 +178,10 @@ def test_bad_thp_and_numa_balancing_values_are_refused() -> None:
         plan_tuning(s, [], TuningOptions(thp_enabled="sometimes"))
     with pytest.raises(FleetInputError, match="host_tuning_numa_balancing: 'maybe'"):
         plan_tuning(s, [], TuningOptions(numa_balancing="maybe"))
+
+
+def test_unit_exec_starts_escape_dollar_for_systemd() -> None:
+    plan = plan_tuning(two_node_state(), kv_tier_needs(LAYOUT_2xTP2, GiB), TuningOptions())
+    lines = unit_exec_starts(plan)
+    assert lines[-1] == f"/bin/sh -c 'for f in {GOVERNOR_GLOB}; do echo performance > \"$$f\"; done'"
+    assert all(line.startswith("/bin/sh -c '") and line.endswith("'") for line in lines)
