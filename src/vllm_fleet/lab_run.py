@@ -1,0 +1,646 @@
+"""Bringing labs up and down on the controller (the side effects behind `vllm-fleet lab`).
+
+Layout under the lab root (see `vllm_fleet.lab.lab_root`):
+
+    cache/                          shared artefacts (vllm_fleet.lab_build), built once under cache/.lock
+    labs/<name>.lock                serialises up/down of one lab
+    labs/<name>/state.json          the plan and the nspawn PIDs; written before anything is created
+    labs/<name>/id_ed25519{,.pub}   the lab's SSH key; authorized_keys is bound read-only into every host
+    labs/<name>/inventory.yml       the Ansible inventory that reaches the hosts from the root namespace
+    labs/<name>/hosts/<host>/       upper+work (the host's writable layer, on disk), root (the overlay)
+
+`down` works from the lab name alone: it reads state.json when there is one and also sweeps every network
+namespace named `vfl-<name>.*` and every mount under the lab folder, so it cleans up after a crashed `up`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_fleet import lab, lab_build
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.lab_build import LabBuildError, file_lock, run
+
+Log = Callable[[str], None]
+BOOT_TIMEOUT_S = 90
+SSH_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 20
+# Keeps the children of this process (nspawn) reapable, so a stopped one does not linger as a zombie.
+_children: dict[int, subprocess.Popen] = {}
+
+
+class LabError(RuntimeError):
+    """Lab hosts failed to start or stop; the message carries what was seen."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _labs_dir(root: Path) -> Path:
+    return root / "labs"
+
+
+def _state_file(root: Path, name: str) -> Path:
+    return _labs_dir(root) / name / "state.json"
+
+
+def read_state(root: Path, name: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(_state_file(root, name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(plan: lab.LabPlan, state: dict[str, Any]) -> None:
+    plan.lab_dir.mkdir(parents=True, exist_ok=True)
+    tmp = plan.lab_dir / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.rename(plan.lab_dir / "state.json")
+
+
+# -- processes -----------------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    child = _children.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _is_our_nspawn(pid: int, machine: str) -> bool:
+    argv = _cmdline(pid)
+    return bool(argv) and argv[0].endswith("systemd-nspawn") and f"--machine={machine}" in argv
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if _alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p for p in left if _alive(p)]
+    return left
+
+
+# -- network namespaces --------------------------------------------------------------------------------------
+
+
+def list_netns() -> list[str]:
+    out = run(["ip", "netns", "list"], timeout=30, what="ip netns list")
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _netns_pids(netns: str) -> list[int]:
+    try:
+        out = run(["ip", "netns", "pids", netns], timeout=30, what="ip netns pids")
+    except LabBuildError:
+        return []
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def _netns_links(netns: str) -> list[str]:
+    try:
+        out = run(["ip", "-n", netns, "-o", "link", "show"], timeout=30, what="ip link show")
+    except LabBuildError:
+        return []
+    names = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            names.append(parts[1].strip().split("@", 1)[0])
+    return [n for n in names if n != "lo"]
+
+
+def _create_network(plan: lab.LabPlan) -> None:
+    ip = ["ip"]
+    cmds = [
+        [*ip, "netns", "add", plan.ctl_netns],
+        [*ip, "-n", plan.ctl_netns, "link", "set", "lo", "up"],
+        [*ip, "-n", plan.ctl_netns, "link", "add", plan.bridge, "type", "bridge"],
+        [*ip, "-n", plan.ctl_netns, "addr", "add", f"{plan.gateway}/24", "dev", plan.bridge],
+        [*ip, "-n", plan.ctl_netns, "link", "set", plan.bridge, "up"],
+    ]
+    for host in plan.hosts:
+        # Created straight inside the namespaces: nothing of the lab ever appears in the root namespace.
+        cmds += [
+            [*ip, "netns", "add", host.netns],
+            [*ip, "-n", host.netns, "link", "set", "lo", "up"],
+            [
+                *ip,
+                "-n",
+                plan.ctl_netns,
+                "link",
+                "add",
+                host.veth,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                host.netns,
+            ],
+            [*ip, "-n", plan.ctl_netns, "link", "set", host.veth, "master", plan.bridge, "up"],
+            [*ip, "-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0"],
+            [*ip, "-n", host.netns, "link", "set", "eth0", "up"],
+            [*ip, "-n", host.netns, "route", "add", "default", "via", plan.gateway],
+        ]
+    for argv in cmds:
+        run(argv, timeout=30, what="lab network setup")
+
+
+# -- mounts --------------------------------------------------------------------------------------------------
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below `path` (deepest first), from this process's mount table."""
+    prefix = str(path).rstrip("/")
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        target = line.split()[4].replace("\\040", " ")
+        if target == prefix or target.startswith(prefix + "/"):
+            found.append(target)
+    return sorted(set(found), key=lambda t: (-t.count("/"), t))
+
+
+def _umount(target: str) -> None:
+    proc = subprocess.run(["umount", target], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        # still busy (a process of a dying container): detach now, the kernel frees it when released
+        subprocess.run(["umount", "--lazy", target], capture_output=True, text=True, check=False)
+
+
+# -- ssh -----------------------------------------------------------------------------------------------------
+
+
+def ssh_argv(plan: lab.LabPlan, host: lab.LabHost, command: str, connect_timeout: int = 5) -> list[str]:
+    return [
+        "ssh",
+        "-i",
+        str(plan.key_file),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={connect_timeout}",
+        "-o",
+        f"ProxyCommand={plan.proxy_command()}",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ControlMaster=no",
+        f"root@{host.address}",
+        command,
+    ]
+
+
+def _ssh_ok(plan: lab.LabPlan, host: lab.LabHost) -> bool:
+    try:
+        proc = subprocess.run(
+            ssh_argv(plan, host, "true"),
+            capture_output=True,
+            timeout=20,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0
+
+
+def _init_pid(nspawn_pid: int) -> int | None:
+    for pid in _children_of(nspawn_pid):
+        if Path(f"/proc/{pid}/comm").exists() and _cmdline(pid)[:1] != ["systemd-nspawn"]:
+            return pid
+    return None
+
+
+def system_state(init_pid: int) -> str:
+    proc = subprocess.run(
+        [
+            "nsenter",
+            f"--target={init_pid}",
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--net",
+            "--pid",
+            "--",
+            "systemctl",
+            "is-system-running",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return proc.stdout.strip() or proc.stderr.strip()
+
+
+def _log_tail(plan: lab.LabPlan, host: str, lines: int = 20) -> str:
+    try:
+        text = (plan.host_dir(host) / "nspawn.log").read_text(errors="replace")
+    except OSError:
+        return "(no nspawn log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# -- up / down -----------------------------------------------------------------------------------------------
+
+
+def _start_host(plan: lab.LabPlan, host: lab.LabHost, rootfs: Path, binds_ro: dict[str, str]) -> int:
+    hdir = plan.host_dir(host.name)
+    for sub in ("upper", "work", "root"):
+        (hdir / sub).mkdir(parents=True, exist_ok=True)
+    # The host's writable layer lives on disk (not tmpfs as with --volatile=overlay): a vLLM venv is 2.5 GB.
+    run(
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={rootfs},upperdir={hdir / 'upper'},workdir={hdir / 'work'}",
+            str(hdir / "root"),
+        ],
+        timeout=30,
+        what=f"overlay mount for lab host {host.name}",
+    )
+    log = open(hdir / "nspawn.log", "ab")  # noqa: SIM115 - handed to the child, which outlives this call
+    try:
+        child = subprocess.Popen(
+            lab.nspawn_argv(plan, host, hdir / "root", binds_ro),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+    _children[child.pid] = child
+    return child.pid
+
+
+def _wait_booted(plan: lab.LabPlan, pids: dict[str, int], log: Log) -> dict[str, str]:
+    states: dict[str, str] = {}
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    pending = list(plan.hosts)
+    while pending:
+        for host in list(pending):
+            pid = pids[host.name]
+            if not _alive(pid):
+                raise LabError(
+                    f"lab host {host.name}: systemd-nspawn exited during boot:\n{_log_tail(plan, host.name)}"
+                )
+            init = _init_pid(pid)
+            state = system_state(init) if init else "no init yet"
+            if lab.system_state_ok(state):
+                states[host.name] = state
+                pending.remove(host)
+                log(f"lab {plan.name}: {host.name} booted ({state})")
+        if pending and time.monotonic() > deadline:
+            raise LabError(
+                f"lab hosts {', '.join(h.name for h in pending)} not booted after {BOOT_TIMEOUT_S} s "
+                f"(last state {state!r}):\n{_log_tail(plan, pending[0].name)}"
+            )
+        if pending:
+            time.sleep(0.3)
+    return states
+
+
+def _wait_ssh(plan: lab.LabPlan) -> None:
+    deadline = time.monotonic() + SSH_TIMEOUT_S
+    pending = list(plan.hosts)
+    while pending:
+        pending = [h for h in pending if not _ssh_ok(plan, h)]
+        if pending and time.monotonic() > deadline:
+            raise LabError(f"lab hosts {', '.join(h.name for h in pending)}: no SSH after {SSH_TIMEOUT_S} s")
+        if pending:
+            time.sleep(0.5)
+
+
+def _ensure_key(plan: lab.LabPlan) -> None:
+    if not plan.key_file.is_file():
+        run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"vllm-fleet-lab-{plan.name}",
+                "-f",
+                str(plan.key_file),
+            ],
+            timeout=30,
+            what="ssh-keygen",
+        )
+    auth = plan.lab_dir / "authorized_keys"
+    auth.write_text(Path(f"{plan.key_file}.pub").read_text())
+    auth.chmod(0o600)
+
+
+def write_inventory(plan: lab.LabPlan, path: Path, with_vllm: bool) -> bool:
+    """Write the lab's inventory to `path`; True when the file changed."""
+    text = "# Written by `vllm-fleet lab up`: the lab's hosts, reachable from the root network namespace.\n"
+    text += yaml.safe_dump(
+        lab.inventory(plan, with_vllm=with_vllm), sort_keys=False, default_flow_style=False
+    )
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return True
+
+
+def _running_ok(plan: lab.LabPlan, state: dict[str, Any]) -> bool:
+    if state.get("status") != "up":
+        return False
+    netns = set(list_netns())
+    for host in plan.hosts:
+        pid = state.get("pids", {}).get(host.name)
+        if not pid or not _is_our_nspawn(pid, host.name) or host.netns not in netns:
+            return False
+    return all(_ssh_ok(plan, h) for h in plan.hosts)
+
+
+def up(
+    name: str,
+    *,
+    hosts: int | None = None,
+    names: list[str] | None = None,
+    inventory_path: Path | None = None,
+    with_vllm: bool = True,
+    root: Path | None = None,
+    log: Log = _quiet,
+) -> dict[str, Any]:
+    """Bring lab NAME up (or find it up already); returns what happened, with per-stage timings."""
+    root = root or lab.lab_root()
+    plan = lab.plan_lab(name, lab.host_names(name, hosts, names), root)
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    with file_lock(_labs_dir(root) / f"{name}.lock"):
+        state = read_state(root, name)
+        if state:
+            running = lab.LabPlan.from_dict(state["plan"])
+            if [h.name for h in running.hosts] != [h.name for h in plan.hosts] or state.get(
+                "with_vllm"
+            ) != with_vllm:
+                if state.get("status") == "up":
+                    raise FleetInputError(
+                        f"lab {name!r} is already up with hosts {', '.join(h.name for h in running.hosts)}"
+                        f" (vllm artefacts: {state.get('with_vllm')}); "
+                        f"run `vllm-fleet lab down --name {name}` "
+                        "first or pick another --name"
+                    )
+            elif _running_ok(running, state):
+                if inventory_path:
+                    write_inventory(running, inventory_path, with_vllm)
+                timings["check"] = round(time.monotonic() - started, 2)
+                log(f"lab {name}: already up ({len(running.hosts)} hosts), reused")
+                return _result(running, state, changed=False, timings=timings, inventory_path=inventory_path)
+            log(f"lab {name}: leftovers of an earlier run, cleaning them first")
+            _down_locked(root, name, log)
+        _check_subnet_free(root, plan)
+        state = {"plan": plan.to_dict(), "with_vllm": with_vllm, "status": "starting", "pids": {}}
+        _write_state(plan, state)
+        try:
+            cache = root / "cache"
+            artefacts: dict[str, str] = {}
+            stage = time.monotonic()
+            rootfs = lab_build.ensure_rootfs(cache)
+            timings["rootfs_built" if rootfs.built else "rootfs_cached"] = round(time.monotonic() - stage, 2)
+            artefacts["rootfs"] = str(rootfs.path)
+            binds: dict[str, str] = {}
+            if with_vllm:
+                stage = time.monotonic()
+                wheelhouse = lab_build.ensure_wheelhouse(cache)
+                timings["wheelhouse_built" if wheelhouse.built else "wheelhouse_cached"] = round(
+                    time.monotonic() - stage, 2
+                )
+                stage = time.monotonic()
+                model = lab_build.ensure_model(cache)
+                timings["model_built" if model.built else "model_cached"] = round(time.monotonic() - stage, 2)
+                binds = {lab.HOST_WHEELHOUSE: str(wheelhouse.path), lab.HOST_MODEL: str(model.path)}
+                artefacts.update(wheelhouse=str(wheelhouse.path), model=str(model.path))
+            state["artefacts"] = artefacts
+            for key, seconds in timings.items():
+                log(f"lab {name}: {key.replace('_', ' ')} in {seconds:.1f} s")
+            stage = time.monotonic()
+            _ensure_key(plan)
+            _create_network(plan)
+            for host in plan.hosts:
+                state["pids"][host.name] = _start_host(plan, host, rootfs.path, binds)
+                _write_state(plan, state)
+            state["system_state"] = _wait_booted(plan, state["pids"], log)
+            timings["boot"] = round(time.monotonic() - stage, 2)
+            stage = time.monotonic()
+            _wait_ssh(plan)
+            timings["ssh"] = round(time.monotonic() - stage, 2)
+            write_inventory(plan, plan.inventory_file, with_vllm)
+            if inventory_path:
+                write_inventory(plan, inventory_path, with_vllm)
+            state["status"] = "up"
+            _write_state(plan, state)
+        except BaseException:
+            log(f"lab {name}: up failed, tearing down what was created")
+            _down_locked(root, name, log)
+            raise
+    timings["total"] = round(time.monotonic() - started, 2)
+    log(
+        f"lab {name}: up in {timings['total']:.1f} s "
+        f"(boot {timings['boot']:.1f} s, ssh {timings['ssh']:.1f} s)"
+    )
+    return _result(plan, state, changed=True, timings=timings, inventory_path=inventory_path)
+
+
+def _check_subnet_free(root: Path, plan: lab.LabPlan) -> None:
+    for other in sorted(_labs_dir(root).glob("*/state.json")):
+        if other.parent.name == plan.name:
+            continue
+        state = read_state(root, other.parent.name)
+        if state and state.get("plan", {}).get("subnet") == plan.subnet:
+            raise FleetInputError(
+                f"lab name {plan.name!r} maps to subnet {plan.subnet}, "
+                f"already used by lab {other.parent.name!r}; "
+                "pick another --name"
+            )
+
+
+def _result(
+    plan: lab.LabPlan,
+    state: dict[str, Any],
+    *,
+    changed: bool,
+    timings: dict[str, float],
+    inventory_path: Path | None,
+) -> dict[str, Any]:
+    return {
+        "name": plan.name,
+        "changed": changed,
+        "status": state.get("status"),
+        "inventory": str(plan.inventory_file),
+        "inventory_copy": str(inventory_path) if inventory_path else None,
+        "hosts": [{**h.to_dict(), "pid": state.get("pids", {}).get(h.name)} for h in plan.hosts],
+        "ctl_netns": plan.ctl_netns,
+        "subnet": plan.subnet,
+        "artefacts": state.get("artefacts", {}),
+        "timings_s": timings,
+    }
+
+
+def down(name: str, *, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
+    root = root or lab.lab_root()
+    lab.check_lab_name(name)
+    with file_lock(_labs_dir(root) / f"{name}.lock"):
+        return _down_locked(root, name, log)
+
+
+def _down_locked(root: Path, name: str, log: Log) -> dict[str, Any]:
+    started = time.monotonic()
+    state = read_state(root, name) or {}
+    lab_dir = _labs_dir(root) / name
+    namespaces = [ns for ns in list_netns() if lab.lab_of_netns(ns) == name]
+    removed: dict[str, list[Any]] = {"processes": [], "mounts": [], "links": [], "netns": []}
+    # 1. the containers: TERM makes nspawn shut the container's systemd down cleanly
+    machines = {h["name"] for h in state.get("plan", {}).get("hosts", [])}
+    nspawns = [pid for host, pid in state.get("pids", {}).items() if _is_our_nspawn(pid, host)]
+    for ns in namespaces:
+        for pid in _netns_pids(ns):
+            argv = _cmdline(pid)
+            if (
+                argv
+                and argv[0].endswith("systemd-nspawn")
+                and any(f"--machine={m}" in argv for m in machines)
+            ):
+                nspawns.append(pid)
+    nspawns = sorted(set(nspawns))
+    _signal(nspawns, signal.SIGTERM)
+    left = _wait_gone(nspawns, STOP_TIMEOUT_S)
+    _signal(left, signal.SIGKILL)
+    _wait_gone(left, 5)
+    removed["processes"] += nspawns
+    # 2. anything else still inside the lab's namespaces (SSH ProxyCommand netcats, a container's leftovers)
+    others = sorted({pid for ns in namespaces for pid in _netns_pids(ns)})
+    _signal(others, signal.SIGKILL)
+    _wait_gone(others, 5)
+    removed["processes"] += others
+    for pid in list(_children):
+        if not _alive(pid):
+            _children.pop(pid, None)
+    # 3. the hosts' overlay roots
+    for target in mounts_under(lab_dir):
+        _umount(target)
+        removed["mounts"].append(target)
+    # 4. links before namespaces: a veth left behind in a namespace being freed blocks the next `up`
+    for ns in namespaces:
+        for link in _netns_links(ns):
+            if (
+                subprocess.run(
+                    ["ip", "-n", ns, "link", "del", link], capture_output=True, check=False
+                ).returncode
+                == 0
+            ):
+                removed["links"].append(link)
+    for ns in sorted(namespaces, key=lambda n: n.endswith(".ctl")):
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        removed["netns"].append(ns)
+    still_mounted = mounts_under(lab_dir)
+    if still_mounted:
+        raise LabError(f"lab {name}: still mounted after teardown: {', '.join(still_mounted)}")
+    if lab_dir.exists():
+        shutil.rmtree(lab_dir)
+    seconds = round(time.monotonic() - started, 2)
+    log(
+        f"lab {name}: down in {seconds:.1f} s "
+        f"({len(nspawns)} hosts stopped, {len(removed['netns'])} namespaces)"
+    )
+    return {"name": name, "removed": removed, "seconds": seconds}
+
+
+def known_labs(root: Path | None = None) -> list[str]:
+    """Labs with state on disk or namespaces on this machine."""
+    root = root or lab.lab_root()
+    names = {p.name for p in _labs_dir(root).glob("*") if p.is_dir()}
+    names |= {n for n in (lab.lab_of_netns(ns) for ns in list_netns()) if n}
+    return sorted(names)
+
+
+def status(name: str, *, root: Path | None = None) -> dict[str, Any]:
+    root = root or lab.lab_root()
+    state = read_state(root, name) or {}
+    netns = set(list_netns())
+    hosts = []
+    for h in state.get("plan", {}).get("hosts", []):
+        pid = state.get("pids", {}).get(h["name"])
+        running = bool(pid) and _is_our_nspawn(pid, h["name"])
+        init = _init_pid(pid) if running else None
+        hosts.append(
+            {
+                "name": h["name"],
+                "address": h["address"],
+                "pid": pid,
+                "running": running,
+                "netns": h["netns"] in netns,
+                "system_state": system_state(init) if init else None,
+            }
+        )
+    leftovers = sorted(ns for ns in netns if lab.lab_of_netns(ns) == name)
+    return {
+        "name": name,
+        "status": state.get("status", "absent" if not leftovers else "leftovers"),
+        "inventory": str(_labs_dir(root) / name / "inventory.yml") if state else None,
+        "hosts": hosts,
+        "netns": leftovers,
+    }
