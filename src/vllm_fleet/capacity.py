@@ -5,19 +5,21 @@ Public API (the `plan` command and the verify role use it; keep it stable):
     KvShape.from_model_config(config: dict) -> KvShape
     plan_capacity(model_config, *, tensor_parallel_size, kv_cache_dtype, max_model_len, kv_bytes_per_gpu,
                   block_size=16, max_num_batched_tokens=None, avg_input_len=None, vllm_version=None,
-                  num_speculative_tokens=0, mamba_cache_mode="align", device="GPU", dtype=None) -> CapacityPlan
+                  num_speculative_tokens=0, mamba_cache_mode="align", device="GPU", dtype=None)
+        -> CapacityPlan
     CapacityPlan.to_dict()   # the JSON of `vllm-fleet plan --json` (DESIGN §4)
 
 How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_capacity*.py):
-- Each attention layer stores, per token and per GPU, `kv_heads_per_rank * (head_dim + v_head_dim) * dtype_bytes`
-  with `kv_heads_per_rank = max(1, kv_heads // TP)`; MLA layers store `kv_lora_rank + qk_rope_head_dim` elements
-  once, on every rank. fp8 KV dtypes are 1 byte; `auto` is the model dtype.
+- Each attention layer stores, per token and per GPU, `kv_heads_per_rank * (head_dim + v_head_dim) * bytes`
+  with `kv_heads_per_rank = max(1, kv_heads // TP)`; MLA layers store `kv_lora_rank + qk_rope_head_dim`
+  elements once, on every rank. fp8 KV dtypes are 1 byte; `auto` is the model dtype.
 - Layers of one kind form KV-cache groups (one group when the model has one kind; otherwise groups of
   `min(layers per kind)` layers). A block of the shared pool costs `group_size * page_bytes`; the pool holds
   `kv_bytes_per_gpu // bytes_per_block` blocks (the reserved null block included).
-- Linear-attention layers (Gated DeltaNet in Qwen3-Next / Qwen3.5) keep a fixed recurrent state per request. The
-  attention block size is raised to the smallest multiple of 16 whose page holds that state, and each request
-  takes `1 + spec` (`mamba_cache_mode="none"`) or `2 + spec` (`"align"`, prefix caching on) blocks per linear group.
+- Linear-attention layers (Gated DeltaNet in Qwen3-Next / Qwen3.5) keep a fixed recurrent state per request.
+  The attention block size is raised to the smallest multiple of 16 whose page holds that state, and each
+  request takes `1 + spec` (`mamba_cache_mode="none"`) or `2 + spec` (`"align"`, prefix caching on) blocks per
+  linear group.
 - vLLM >= 0.20.1 reports `tokens = int(num_blocks / blocks_per_request * max_model_len)` (group-aware); older
   releases report `num_blocks // num_groups * block_size`. Concurrency is `num_blocks / blocks_per_request`.
 """
@@ -34,10 +36,28 @@ from vllm_fleet.sizes import format_bytes, format_count
 
 # Every value vLLM 0.33 accepts (vllm-facts §1); only some can be sized here.
 VALID_KV_CACHE_DTYPES = (
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
-    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
-    "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
-    "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "octave_k3v4",
+    "octave_k3v3",
+    "octave_k3v3_compact",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
 )
 _KV_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 # vLLM's fp8_ds_mla page per token and layer: 512 fp8 latent values, 4 float32 scales, 64 bf16 rope values.
@@ -46,7 +66,7 @@ _MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "flo
 _DEFAULT_ASSUMED_BATCHED_TOKENS = 8192
 # The attention kernels' block alignment that vLLM uses when it enlarges blocks for hybrid models.
 _HYBRID_BLOCK_ALIGNMENT = 16
-# First release seen printing the group-aware token count (the v0.20.1 log of club-3090#91 matches it exactly).
+# First release seen printing the group-aware token count (the v0.20.1 log of club-3090#91 matches it).
 _GROUP_AWARE_SINCE = (0, 20, 1)
 
 
@@ -123,7 +143,9 @@ def _int_field(cfg: dict[str, Any], names: tuple[str, ...], source: str, default
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise FleetInputError(f"{source}: {name} = {value!r} is not a positive integer; fix the config.json")
+            raise FleetInputError(
+                f"{source}: {name} = {value!r} is not a positive integer; fix the config.json"
+            )
         return value
     if default is not None:
         return default
@@ -151,7 +173,8 @@ def _layer_kinds(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[lis
     if isinstance(layer_types, list) and layer_types:
         if len(layer_types) != num_layers:
             raise FleetInputError(
-                f"{source}: layer_types lists {len(layer_types)} layers but num_hidden_layers is {num_layers}; "
+                f"{source}: layer_types lists {len(layer_types)} layers but num_hidden_layers is "
+                f"{num_layers}; "
                 "fix the config.json"
             )
         kinds = []
@@ -202,7 +225,9 @@ def _position_limit(cfg: dict[str, Any]) -> int | None:
 
 def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
     if not isinstance(config, dict):
-        raise FleetInputError(f"{source}: expected a JSON object (the model's config.json), got {type(config)}")
+        raise FleetInputError(
+            f"{source}: expected a JSON object (the model's config.json), got {type(config)}"
+        )
     cfg = _merged_text_config(config)
     num_layers = _int_field(cfg, ("num_hidden_layers", "num_layers", "n_layer"), source)
     heads = _int_field(cfg, ("num_attention_heads", "n_head"), source)
@@ -277,7 +302,8 @@ def _kv_dtype_bytes(kv_cache_dtype: str, shape: KvShape, model_dtype: str) -> in
         return 1
     if kv_cache_dtype not in _KV_DTYPE_BYTES:
         raise FleetInputError(
-            f"--kv-cache-dtype: the planner cannot size {kv_cache_dtype!r} (its page layout is not modelled); "
+            f"--kv-cache-dtype: the planner cannot size {kv_cache_dtype!r} (its page layout is not "
+            f"modelled); "
             "plan with fp8 / bfloat16 / auto, or check the real log with `vllm-fleet logcheck`"
         )
     return _KV_DTYPE_BYTES[kv_cache_dtype]
@@ -349,12 +375,14 @@ def _groups(shape: KvShape) -> tuple[int, list[_Group]]:
         kind, number = next(iter(counts.items()))
         return number, [_Group(kind, 1)]
     smallest, largest = min(counts.values()), max(counts.values())
-    # vLLM takes the largest kind as the group size when that wastes < 25% (padding layers), else the smallest.
+    # vLLM takes the largest kind as group size when that wastes < 25% (padding layers), else the smallest.
     group_size = largest if largest < smallest * 1.25 else smallest
     return group_size, [_Group(kind, math.ceil(number / group_size)) for kind, number in counts.items()]
 
 
-def _blocks_for(group: _Group, tokens: int, block_size: int, shape: KvShape, batched: int, state_blocks: int) -> int:
+def _blocks_for(
+    group: _Group, tokens: int, block_size: int, shape: KvShape, batched: int, state_blocks: int
+) -> int:
     if group.kind == "full":
         return math.ceil(tokens / block_size)
     if group.kind == "sliding":
@@ -408,11 +436,13 @@ def plan_capacity(
     model_dtype = (dtype or shape.model_dtype).replace("torch.", "")
     if model_dtype not in _MODEL_DTYPE_BYTES:
         raise FleetInputError(
-            f"--dtype / torch_dtype: {model_dtype!r} is not a dtype the planner knows; use bfloat16 or float16"
+            f"--dtype / torch_dtype: {model_dtype!r} is not a dtype the planner knows; use bfloat16 or "
+            f"float16"
         )
     if _MODEL_DTYPE_BYTES[model_dtype] == 4 and kv_cache_dtype == "auto":
         warnings.append(
-            "the model is float32; vLLM serves float32 checkpoints in bfloat16 unless --dtype float32, so the "
+            "the model is float32; vLLM serves float32 checkpoints in bfloat16 unless --dtype float32, so "
+            "the "
             "KV cache is planned at 2 bytes"
         )
         model_dtype = "bfloat16"
@@ -422,12 +452,14 @@ def plan_capacity(
     if not shape.is_mla:
         if shape.num_kv_heads >= tp and shape.num_kv_heads % tp:
             warnings.append(
-                f"{shape.num_kv_heads} KV heads do not divide over tensor_parallel_size {tp}: vLLM refuses to "
+                f"{shape.num_kv_heads} KV heads do not divide over tensor_parallel_size {tp}: vLLM refuses "
+                f"to "
                 "start; pick a TP size that divides the KV heads"
             )
         elif shape.num_kv_heads < tp:
             warnings.append(
-                f"tensor_parallel_size {tp} exceeds the model's {shape.num_kv_heads} KV heads: each GPU keeps a "
+                f"tensor_parallel_size {tp} exceeds the model's {shape.num_kv_heads} KV heads: each GPU "
+                f"keeps a "
                 "replica of one KV head, so KV capacity stops growing with TP"
             )
         if shape.num_attention_heads % tp:
@@ -454,7 +486,8 @@ def plan_capacity(
         effective_block = max(block_size, needed)
         state_blocks = (2 if mamba_cache_mode == "align" else 1) + num_speculative_tokens
         notes.append(
-            f"linear-attention state {format_bytes(linear_page)} per layer per GPU; attention block size raised "
+            f"linear-attention state {format_bytes(linear_page)} per layer per GPU; attention block size "
+            f"raised "
             f"to {effective_block} tokens so one page holds it; {state_blocks} state blocks per request per "
             f"linear group ({mamba_cache_mode} mode)"
         )
@@ -509,13 +542,16 @@ def plan_capacity(
     if not fits:
         offload = max(0, max_model_len - estimated_max_len) * per_token_full
         warnings.append(
-            f"one request of max_model_len {format_count(max_model_len)} needs {format_count(per_request)} KV "
+            f"one request of max_model_len {format_count(max_model_len)} needs {format_count(per_request)} "
+            f"KV "
             f"blocks per GPU but {format_bytes(kv_bytes_per_gpu)} per GPU holds {format_count(num_blocks)}: "
             f"vLLM refuses to start ('To serve at least one request with the model's max seq len'); the "
-            f"longest request that fits is about {format_count(estimated_max_len)} tokens. A CPU offload tier "
+            f"longest request that fits is about {format_count(estimated_max_len)} tokens. A CPU offload "
+            f"tier "
             f"would have to hold {format_bytes(offload)} ({format_count(offload)} bytes, all GPUs together) "
             "for the rest, but vLLM's OffloadingConnector only keeps evicted prefix blocks and does not lift "
-            "that start-up check: raise the KV memory, add GPUs, use a smaller KV dtype or lower max_model_len"
+            "that start-up check: raise the KV memory, add GPUs, use a smaller KV dtype or lower "
+            "max_model_len"
         )
     if shape.max_position_limit is not None and max_model_len > shape.max_position_limit:
         warnings.append(
@@ -581,16 +617,22 @@ def format_plan(plan: CapacityPlan) -> str:
     """The human-readable report of `vllm-fleet plan`."""
     rows = [
         f"model type            {plan.model_type} ({plan.full_attention_layers} full-attention, "
-        f"{plan.sliding_window_layers} sliding-window, {plan.linear_attention_layers} linear-attention layers)",
+        f"{plan.sliding_window_layers} sliding-window, {plan.linear_attention_layers} linear-attention "
+        f"layers)",
         f"KV per token          {format_count(plan.kv_bytes_per_token)} B whole model, "
         f"{format_count(plan.kv_bytes_per_token_per_gpu)} B per GPU "
         f"({plan.kv_heads_per_gpu} KV heads per GPU, {plan.kv_cache_dtype} = {plan.kv_dtype_bytes} B)",
-        f"KV memory per GPU     {format_bytes(plan.kv_bytes_per_gpu)} -> {format_count(plan.num_gpu_blocks)} blocks "
+        f"KV memory per GPU     {format_bytes(plan.kv_bytes_per_gpu)} -> "
+        f"{format_count(plan.num_gpu_blocks)} blocks "
         f"of {plan.block_size} tokens",
         f"GPU KV tokens         {format_count(plan.gpu_kv_tokens)} (TP {plan.tensor_parallel_size})",
         f"max concurrency       {plan.max_concurrency:.2f}x at {format_count(plan.max_model_len)} tokens",
         f"fits on GPU           {'yes' if plan.fits_on_gpu else 'NO'}"
-        + ("" if plan.fits_on_gpu else f" (longest request ~{format_count(plan.estimated_max_model_len)} tokens)"),
+        + (
+            ""
+            if plan.fits_on_gpu
+            else f" (longest request ~{format_count(plan.estimated_max_model_len)} tokens)"
+        ),
     ]
     if not plan.fits_on_gpu:
         rows.append(
@@ -599,7 +641,8 @@ def format_plan(plan: CapacityPlan) -> str:
         )
     if plan.prefill_chunks is not None:
         rows.append(
-            f"prefill chunks        {plan.prefill_chunks} of {format_count(plan.max_num_batched_tokens or 0)} tokens"
+            f"prefill chunks        {plan.prefill_chunks} of "
+            f"{format_count(plan.max_num_batched_tokens or 0)} tokens"
         )
     if plan.concurrency_at_avg_input_len is not None:
         rows.append(
