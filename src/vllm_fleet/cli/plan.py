@@ -1,0 +1,123 @@
+"""`vllm-fleet plan`: KV-cache capacity of one instance from the model's config.json (DESIGN §4).
+
+Exit status: 0 with the plan (also when one request of max_model_len does not fit: that is an answer, shown as
+`fits_on_gpu: false` and a warning); 2 when an input is unusable (message on stderr naming it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from vllm_fleet.capacity import format_plan, plan_capacity
+from vllm_fleet.cli import emit, read_input_file
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.sizes import parse_human_int, parse_size
+
+
+def load_model_config(path: str) -> dict[str, Any]:
+    """The model's config.json; a JSON object embedded in other text (a pasted issue) is accepted too."""
+    text = read_input_file(path, "--model-config")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as first_error:
+        start = text.find("{")
+        if start < 0:
+            raise FleetInputError(
+                f"--model-config: {path!r} holds no JSON object; give the model's config.json"
+            ) from first_error
+        try:
+            data, _ = json.JSONDecoder().raw_decode(text[start:])
+        except json.JSONDecodeError as exc:
+            raise FleetInputError(
+                f"--model-config: {path!r} is not valid JSON ({exc.msg} at line {exc.lineno}); give the "
+                "model's config.json"
+            ) from exc
+    if not isinstance(data, dict):
+        raise FleetInputError(f"--model-config: {path!r} holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _handle(args: argparse.Namespace) -> int:
+    if args.kv_cache_memory_bytes is None and args.kv_bytes_per_gpu is None:
+        raise FleetInputError(
+            "give the KV memory per GPU: --kv-cache-memory-bytes B (as vLLM's flag) or --kv-bytes-per-gpu B "
+            "(e.g. the 'Available KV cache memory' of a log, 10GiB)"
+        )
+    if args.kv_cache_memory_bytes is not None and args.kv_bytes_per_gpu is not None:
+        raise FleetInputError("give only one of --kv-cache-memory-bytes and --kv-bytes-per-gpu")
+    if args.kv_cache_memory_bytes is not None:
+        kv_bytes = parse_size(args.kv_cache_memory_bytes, "--kv-cache-memory-bytes")
+    else:
+        kv_bytes = parse_size(args.kv_bytes_per_gpu, "--kv-bytes-per-gpu")
+    plan = plan_capacity(
+        load_model_config(args.model_config),
+        tensor_parallel_size=parse_human_int(args.tensor_parallel_size, "--tensor-parallel-size"),
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_model_len=parse_human_int(args.max_model_len, "--max-model-len"),
+        kv_bytes_per_gpu=kv_bytes,
+        block_size=parse_human_int(args.block_size, "--block-size"),
+        max_num_batched_tokens=(
+            parse_human_int(args.max_num_batched_tokens, "--max-num-batched-tokens")
+            if args.max_num_batched_tokens is not None
+            else None
+        ),
+        avg_input_len=(
+            parse_human_int(args.avg_input_len, "--avg-input-len") if args.avg_input_len is not None else None
+        ),
+        vllm_version=args.vllm_version,
+        num_speculative_tokens=parse_human_int(args.num_speculative_tokens, "--num-speculative-tokens"),
+        mamba_cache_mode=args.mamba_cache_mode,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    emit(plan.to_dict(), args.json, format_plan(plan))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="KV-cache capacity of one instance from the model's config.json",
+        description=(
+            "Compute KV bytes per token, the GPU KV tokens vLLM will report, the maximum concurrency at "
+            "max_model_len, whether one request of max_model_len fits, the CPU tier it would need, prefill "
+            "chunks and the concurrency at an average input length. Sizes accept 10737418240, 10GiB, 10G "
+            "(binary, as vLLM reads them) and 10g / 10GB (decimal). All memory is per GPU."
+        ),
+    )
+    parser.add_argument("--model-config", required=True, metavar="FILE", help="the model's config.json")
+    parser.add_argument("--tensor-parallel-size", "-tp", required=True, metavar="N")
+    memory = parser.add_argument_group("KV memory per GPU (one of)")
+    memory.add_argument("--kv-cache-memory-bytes", metavar="B", help="as vLLM's --kv-cache-memory-bytes")
+    memory.add_argument("--kv-bytes-per-gpu", metavar="B", help="e.g. a log's 'Available KV cache memory'")
+    parser.add_argument(
+        "--kv-cache-dtype", required=True, metavar="D", help="auto, fp8, fp8_e4m3, bfloat16, ..."
+    )
+    parser.add_argument(
+        "--max-model-len", required=True, metavar="L", help="tokens per request (32k = 32000)"
+    )
+    parser.add_argument("--max-num-batched-tokens", metavar="T", help="prefill chunk size")
+    parser.add_argument(
+        "--avg-input-len", metavar="I", help="typical request length for a concurrency figure"
+    )
+    parser.add_argument(
+        "--block-size", default="16", metavar="N", help="KV block size in tokens (default 16)"
+    )
+    parser.add_argument(
+        "--vllm-version", metavar="V", help="the release whose token formula to use (default: the newest)"
+    )
+    parser.add_argument(
+        "--num-speculative-tokens", default="0", metavar="K", help="MTP/draft tokens (hybrid models' state)"
+    )
+    parser.add_argument(
+        "--mamba-cache-mode",
+        choices=("align", "none"),
+        default="align",
+        help="hybrid models: 'align' with prefix caching (default), 'none' without",
+    )
+    parser.add_argument("--device", default="GPU", help="device word of the expected log line (GPU, CPU)")
+    parser.add_argument("--dtype", help="model dtype when not the config's (as vLLM's --dtype)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=_handle)
