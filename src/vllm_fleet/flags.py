@@ -1,0 +1,162 @@
+"""The `vllm serve` flag catalog: which flags, choices and JSON keys exist in which vLLM release.
+
+The data (`data/flags.json`) is generated from the real wheels by `scripts/gen_flag_catalog.py`; this module
+only reads it. A target version between two catalogued releases is answered by the nearest catalogued release
+at or below it (flags are added far more often than removed, and a removal is caught by the real parser check
+on the host, `roles/vllm_service/files/vllm_argv_check.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from vllm_fleet.errors import FleetInputError
+
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str, what: str = "vLLM version") -> tuple[int, int, int]:
+    """`0.32.0`, `v0.11.1`, `0.32.0+cpu`, `0.10.1.1`, `0.11.0rc2` -> (0, 32, 0) ... (local parts ignored)."""
+    match = _VERSION.match(str(text).strip())
+    if not match:
+        raise FleetInputError(
+            f"{what}: cannot read {text!r} as a vLLM release; give it as X.Y.Z, e.g. 0.33.0"
+        )
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def normalise_option(option: str) -> str:
+    """How FlexibleArgumentParser reads an option: `--max_model_len=8` -> `--max-model-len`.
+
+    Underscores become dashes only between `--` and the first `.` (the dotted JSON form keeps its keys)."""
+    name = option.split("=", 1)[0]
+    if not name.startswith("--"):
+        return name
+    head, dot, tail = name[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + tail
+
+
+@dataclass(frozen=True)
+class FlagInfo:
+    option: str
+    dest: str
+    takes_value: bool
+    boolean: bool
+    choices: tuple[str, ...] | None
+    negations: tuple[str, ...]
+    aliases: tuple[str, ...]
+    negated: bool = False  # True when looked up by one of its negative forms (`--no-x`, `--disable-x`)
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    flags: dict[str, dict[str, Any]] = field(repr=False)
+    values: dict[str, list[str]] = field(repr=False)
+    json_keys: dict[str, list[str]] = field(repr=False)
+    offloading: dict[str, Any] = field(repr=False)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return parse_version(self.version)
+
+    def lookup(self, option: str) -> FlagInfo | None:
+        """The flag an option string names in this release (its positive or negative form), else None."""
+        name = normalise_option(option).split(".", 1)[0]
+        entry = self.flags.get(name)
+        if entry is not None:
+            return _info(name, entry, negated=False)
+        for flag_name, data in self.flags.items():
+            if name in data["negations"]:
+                return _info(flag_name, data, negated=True)
+        return None
+
+    def has(self, option: str) -> bool:
+        return self.lookup(option) is not None
+
+    def all_options(self) -> set[str]:
+        names = set(self.flags)
+        for data in self.flags.values():
+            names.update(data["negations"])
+        return names
+
+    def abbreviation_of(self, option: str) -> list[str]:
+        """Flags argparse would accept `option` as a prefix of (allow_abbrev): a typo that happens to work."""
+        name = normalise_option(option)
+        if not name.startswith("--"):
+            return []
+        return sorted(o for o in self.all_options() if o.startswith(name) and o != name)
+
+    def value_set(self, kind: str) -> list[str]:
+        return list(self.values.get(kind, []))
+
+
+def _info(name: str, data: dict[str, Any], negated: bool) -> FlagInfo:
+    choices = data.get("choices")
+    return FlagInfo(
+        option=name,
+        dest=data["dest"],
+        takes_value=bool(data["takes_value"]) and not negated,
+        boolean=bool(data["boolean"]),
+        choices=tuple(c for c in choices if c is not None) if choices else None,
+        negations=tuple(data["negations"]),
+        aliases=tuple(data["aliases"]),
+        negated=negated,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog() -> dict[str, Any]:
+    text = resources.files("vllm_fleet").joinpath("data/flags.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def catalogued_versions() -> list[str]:
+    return sorted(_catalog()["releases"], key=parse_version)
+
+
+def release(version: str, exact: bool = False) -> Release:
+    """The catalog entry for `version`: that release, or the nearest catalogued one below it."""
+    wanted = parse_version(version)
+    versions = catalogued_versions()
+    below = [v for v in versions if parse_version(v) <= wanted]
+    if not below or (exact and parse_version(below[-1]) != wanted):
+        raise FleetInputError(
+            f"vLLM version {version!r} is not in the flag catalog (it knows {', '.join(versions)}); "
+            "pick one of those, or regenerate it with scripts/gen_flag_catalog.py --versions ..."
+        )
+    data = _catalog()["releases"][below[-1]]
+    return Release(
+        version=below[-1],
+        flags=data["flags"],
+        values=data["values"],
+        json_keys=data["json_keys"],
+        offloading=data["offloading"],
+    )
+
+
+def history(option: str) -> list[str]:
+    """Catalogued releases in which `option` (or its negative form) exists."""
+    return [v for v in catalogued_versions() if release(v).has(option)]
+
+
+def describe_availability(option: str) -> str:
+    """`since 0.19.0`, `0.8.5-0.11.0 only`, `in no catalogued release` for a message."""
+    present = history(option)
+    versions = catalogued_versions()
+    if not present:
+        return "in no catalogued release"
+    first, last = present[0], present[-1]
+    if last == versions[-1]:
+        return f"since {first}" if first != versions[0] else f"in every catalogued release ({first}+)"
+    later = versions[versions.index(last) + 1]
+    return f"{first}-{last} only (gone by {later})"
+
+
+def value_history(kind: str, value: str) -> list[str]:
+    return [v for v in catalogued_versions() if value in release(v).value_set(kind)]
