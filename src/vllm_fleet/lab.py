@@ -89,8 +89,8 @@ def _digest(name: str) -> str:
 
 
 def lab_subnet(name: str) -> ipaddress.IPv4Network:
-    """A /24 in 10.160.0.0/10 derived from the lab name: distinct labs get distinct addresses, which keeps
-    SSH ControlPersist sockets (keyed by address) of two labs apart."""
+    """A /24 within 10.160.0.0-10.223.255.255 derived from the lab name. Distinct labs get distinct
+    addresses, which keeps the SSH ControlPersist sockets (keyed by address) of two labs apart."""
     n = int(_digest(name)[6:12], 16)
     return ipaddress.IPv4Network(f"10.{160 + (n >> 8) % 64}.{n & 0xFF}.0/24")
 

