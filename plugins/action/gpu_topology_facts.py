@@ -1,0 +1,123 @@
+"""Action plugin: GPU/NUMA topology facts and the instance layout of one host.
+
+Thin by design: on the host it runs only the stock `ansible.builtin.command` module, once per command of
+`vllm_fleet.topology.RECORDED_COMMANDS` (nvidia-smi topo -m / -p2p r / -p2p w / --query-gpu, numactl
+--hardware, lscpu, sysfs numa_node) plus the host_tuning state read (hugepages per node); or, with
+`recorded_dir`, it reads those files from a folder on the controller instead. Parsing and planning happen
+here, on the controller, in `vllm_fleet.topology`, `vllm_fleet.layout` and `vllm_fleet.probe`. Changes
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.layout import plan_layout
+from vllm_fleet.probe import CommandResult, probe_report, select_outputs
+from vllm_fleet.topology import RECORDED_COMMANDS, build_topology, read_recorded_dir
+from vllm_fleet.tuning import parse_host_state
+
+ARGUMENT_SPEC = {
+    "recorded_dir": {"type": "path"},
+    "tensor_parallel_size": {"type": "int"},
+    "model_config": {"type": "dict", "default": {}},
+    "vllm_version": {"type": "str"},
+    "base_port": {"type": "int", "default": 8000},
+    "host_state_cmd": {"type": "str"},
+}
+
+def _model_value(config: dict[str, Any], key: str) -> Any:
+    """A head count from config.json, or from its text_config (multimodal models nest it there)."""
+    return config.get(key) or (config.get("text_config") or {}).get(key)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def _run_command(self, cmd: str, task_vars: dict) -> tuple[int | None, str, str]:
+        """(rc, stdout, stderr); rc None when the command does not exist on the host.
+
+        Through /bin/sh, so that a missing binary is the status 127 (the sysfs read needs a glob anyway);
+        the commands are fixed strings of vllm_fleet.topology, nothing from the inventory.
+        """
+        res = self._execute_module(
+            module_name="ansible.builtin.command",
+            module_args={"_raw_params": cmd, "_uses_shell": True},
+            task_vars=task_vars,
+        )
+        rc = res.get("rc")
+        stderr = res.get("stderr") or ""
+        if rc is None:
+            raise AnsibleActionFail(f"could not run {cmd!r} on the host: {res.get('msg')}")
+        if rc == 127:
+            return None, "", stderr
+        return rc, res.get("stdout") or "", stderr
+
+    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        host = task_vars.get("inventory_hostname", "host")
+        host_state = None
+        try:
+            if args.get("recorded_dir"):
+                texts = read_recorded_dir(args["recorded_dir"])
+                cpu_only = "topo_m" not in texts and "query_gpu" not in texts
+                notes = [f"planned from recorded outputs in {args['recorded_dir']}, not from this host"]
+                source = f"recorded: {args['recorded_dir']}"
+            else:
+                results = []
+                for name, cmd in RECORDED_COMMANDS.items():
+                    rc, out, err = self._run_command(cmd, task_vars)
+                    results.append(CommandResult(name=name, rc=rc, stdout=out, stderr=err))
+                inputs = select_outputs(results)
+                texts, cpu_only, notes = inputs.texts, inputs.cpu_only, inputs.notes
+                source = "probed live"
+                if args.get("host_state_cmd"):
+                    rc, out, _ = self._run_command(args["host_state_cmd"], task_vars)
+                    if rc == 0:
+                        host_state = parse_host_state(out)
+            topology = build_topology(
+                topo_m=texts.get("topo_m"),
+                p2p=texts.get("p2p_read"),
+                p2p_write=texts.get("p2p_write"),
+                numactl=texts.get("numactl"),
+                lscpu=texts.get("lscpu"),
+                query_gpu=texts.get("query_gpu"),
+                sysfs_numa=texts.get("sysfs_numa"),
+            )
+            config = args.get("model_config") or {}
+            layout = plan_layout(
+                topology,
+                args.get("tensor_parallel_size"),
+                num_attention_heads=_model_value(config, "num_attention_heads"),
+                num_key_value_heads=_model_value(config, "num_key_value_heads"),
+                vllm_version=args.get("vllm_version") or None,
+                base_port=args["base_port"],
+            )
+        except FleetInputError as exc:
+            raise AnsibleActionFail(f"gpu_topology on {host}: {exc}") from exc
+        topo_dict = topology.to_dict()
+        layout_dict = layout.to_dict()
+        report = probe_report(
+            host, topology, layout, cpu_only=cpu_only, source=source, notes=notes, host_state=host_state
+        )
+        fact = {
+            "topology": topo_dict,
+            "layout": layout_dict,
+            "cpu_only": cpu_only,
+            "report": report,
+            "source": source,
+            "notes": notes,
+            "hugepages": [
+                {"node": node, "page_size_kb": size, "pages": count}
+                for (node, size), count in sorted((host_state.hugepages if host_state else {}).items())
+            ],
+        }
+        result.update(changed=False, ansible_facts={"gpu_topology": fact}, gpu_topology=fact)
+        return result
