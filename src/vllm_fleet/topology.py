@@ -277,6 +277,7 @@ class TopoMatrix:
     numa_affinity: list[int | None]
     gpu_numa_id: list[int | None]
     columns: list[str]
+    nic_nic_links: list[list[str | None]] = field(default_factory=list)
     missing_rows: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -417,6 +418,7 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m output") -
             _int_or_none(affinity.get(g, {}).get("GPU NUMA ID"), f"{source}: {g} GPU NUMA ID") for g in gpus
         ],
         columns=list(block.affinity_columns),
+        nic_nic_links=[[cell(a, b) for b in nics] for a in nics],
         missing_rows=missing,
         warnings=warnings,
     )
