@@ -234,6 +234,11 @@ def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
     kv_heads = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), source, default=heads)
     hidden = cfg.get("hidden_size")
     head_default = hidden // heads if isinstance(hidden, int) and hidden > 0 else None
+    if head_default is None and cfg.get("head_dim") is None:
+        raise FleetInputError(
+            f"{source}: neither head_dim nor hidden_size in the model's config.json, so the KV head size is "
+            "unknown; give the config.json of the model itself (the one beside the weights)"
+        )
     head_dim = _int_field(cfg, ("head_dim",), source, default=head_default)
     v_head_dim = head_dim
     kv_lora_rank = cfg.get("kv_lora_rank")
