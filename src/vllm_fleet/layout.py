@@ -199,6 +199,20 @@ def check_heads(
     return reasons
 
 
+def model_heads(config: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(attention heads, KV heads) from a config.json; multimodal configs nest them under `text_config`.
+
+    A config without `num_key_value_heads` is multi-head attention: as many KV heads as attention heads.
+    """
+    merged = {**config, **(config.get("text_config") or {})}
+    heads = merged.get("num_attention_heads")
+    kv_heads = merged.get("num_key_value_heads", heads)
+    for name, value in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise FleetInputError(f"model config: {name} is {value!r}; expected a whole number")
+    return heads, kv_heads
+
+
 @dataclass
 class _Group:
     gpus: list[int]
@@ -452,10 +466,18 @@ def plan_layout(
     *,
     num_attention_heads: int | None = None,
     num_key_value_heads: int | None = None,
+    model_config: Mapping[str, Any] | None = None,
     vllm_version: str | None = None,
     base_port: int = 8000,
 ) -> Layout:
-    """The instances to run on this host. `tensor_parallel_size=None` picks one (explained in `reasons`)."""
+    """The instances to run on this host. `tensor_parallel_size=None` picks one (explained in `reasons`).
+
+    Head counts given explicitly win over those read from `model_config` (the model's config.json).
+    """
+    if model_config:
+        heads, kv_heads = model_heads(model_config)
+        num_attention_heads = num_attention_heads if num_attention_heads is not None else heads
+        num_key_value_heads = num_key_value_heads if num_key_value_heads is not None else kv_heads
     port = _positive_int(base_port, "base_port")
     if port > 65535:
         raise FleetInputError(f"base_port: {port} is above 65535; give a free TCP port such as 8000")

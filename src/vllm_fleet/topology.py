@@ -1159,9 +1159,11 @@ def read_recorded_dir(path: str | Path) -> dict[str, str]:
     return texts
 
 
-def build_topology_from_dir(path: str | Path) -> Topology:
-    """`build_topology` over a recorded-hardware folder (file names: `RECORDED_FILES`)."""
-    texts = read_recorded_dir(path)
+def build_topology_from_texts(texts: Mapping[str, str]) -> Topology:
+    """`build_topology` over raw outputs keyed like `RECORDED_FILES` (`topo_m`, `p2p_read`, ...)."""
+    unknown = sorted(set(texts) - set(RECORDED_FILES))
+    if unknown:
+        raise FleetInputError(f"topology inputs {unknown} are not among {sorted(RECORDED_FILES)}")
     return build_topology(
         topo_m=texts.get("topo_m"),
         p2p=texts.get("p2p_read"),
@@ -1171,3 +1173,8 @@ def build_topology_from_dir(path: str | Path) -> Topology:
         query_gpu=texts.get("query_gpu"),
         sysfs_numa=texts.get("sysfs_numa"),
     )
+
+
+def build_topology_from_dir(path: str | Path) -> Topology:
+    """`build_topology` over a recorded-hardware folder (file names: `RECORDED_FILES`)."""
+    return build_topology_from_texts(read_recorded_dir(path))

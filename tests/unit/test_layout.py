@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.layout import Layout, check_heads, format_probe_report, placement_groups, plan_layout
+from vllm_fleet.layout import (
+    Layout,
+    check_heads,
+    format_probe_report,
+    model_heads,
+    placement_groups,
+    plan_layout,
+)
 from vllm_fleet.topology import Topology, build_topology, build_topology_from_dir, strip_fixture_header
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -242,3 +250,18 @@ def test_probe_report_cpu_only_and_dual_socket() -> None:
     report = format_probe_report(topo, plan_layout(topo, 2))
     assert "  GPU2  SYS   SYS   X     PIX" in report
     assert "i1: GPUs 2,3  TP2  port 8001  NUMA binding numactl [1]" in report
+
+
+def test_heads_from_the_model_config() -> None:
+    llama = json.loads((FIXTURES / "models" / "llama-3.1-8b.config.json").read_text(encoding="utf-8"))
+    assert model_heads(llama) == (32, 8)
+    # Multimodal configs nest the language model under text_config.
+    assert model_heads({"architectures": ["X"], "text_config": llama}) == (32, 8)
+    mha = {k: v for k, v in llama.items() if k != "num_key_value_heads"}
+    assert model_heads(mha) == (32, 32)
+    layout = plan_layout(topo_of(L40S), 4, model_config=llama, vllm_version="0.32.0")
+    assert "TP4 divides the model's 32 attention heads: 8 per GPU." in layout.reasons
+    with pytest.raises(FleetInputError, match="num_attention_heads"):
+        plan_layout(topo_of(L40S), 3, model_config=llama)
+    with pytest.raises(FleetInputError, match="num_key_value_heads is '8'"):
+        model_heads({**llama, "num_key_value_heads": "8"})

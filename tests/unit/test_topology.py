@@ -16,6 +16,7 @@ from vllm_fleet.topology import (
     Topology,
     build_topology,
     build_topology_from_dir,
+    build_topology_from_texts,
     format_cpu_list,
     link_kind,
     normalize_bus_id,
@@ -531,3 +532,9 @@ def test_pcie_below_max_wording() -> None:
         8,
     )  # an idle GPU's downshifted link, as nvidia-smi shows it
     assert gpu.pcie_below_max() == ["gen 1 of 5", "x8 of x16"]
+
+
+def test_build_from_texts_rejects_unknown_keys() -> None:
+    with pytest.raises(FleetInputError, match=r"\['topo'\] are not among"):
+        build_topology_from_texts({"topo": raw(H200 / "nvsmi-topo-m.txt")})
+    assert len(build_topology_from_texts({"topo_m": raw(H200 / "nvsmi-topo-m.txt")}).gpus) == 2

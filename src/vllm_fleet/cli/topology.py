@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.layout import format_probe_report, plan_layout
-from vllm_fleet.topology import RECORDED_FILES, build_topology, read_recorded_dir
+from vllm_fleet.topology import RECORDED_FILES, build_topology_from_texts, read_recorded_dir
+from vllm_fleet.vllm_install import parse_model_config
 
 # flag destination -> build_topology keyword (and the key in RECORDED_FILES)
 _INPUTS = {
@@ -56,25 +56,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _heads(path: str) -> tuple[int | None, int | None]:
-    text = read_input_file(path, "--model-config")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FleetInputError(
-            f"--model-config: {path!r} is not JSON ({exc.msg} at line {exc.lineno})"
-        ) from exc
-    if not isinstance(config, dict):
-        raise FleetInputError(
-            f"--model-config: {path!r} holds {type(config).__name__}, not a config.json object"
-        )
-    # Multimodal configs keep the language model's shape under text_config.
-    merged = {**config, **(config.get("text_config") or {})}
-    heads = merged.get("num_attention_heads")
-    kv = merged.get("num_key_value_heads", heads)
-    return heads, kv
-
-
 def run(args: argparse.Namespace) -> int:
     texts: dict[str, str] = read_recorded_dir(args.recorded) if args.recorded else {}
     for dest, (key, flag) in _INPUTS.items():
@@ -85,21 +66,18 @@ def run(args: argparse.Namespace) -> int:
         raise FleetInputError(
             "give --topo-m FILE (the output of `nvidia-smi topo -m`) or --recorded DIR; see --help"
         )
-    topology = build_topology(
-        topo_m=texts.get("topo_m"),
-        p2p=texts.get("p2p_read"),
-        p2p_write=texts.get("p2p_write"),
-        numactl=texts.get("numactl"),
-        lscpu=texts.get("lscpu"),
-        query_gpu=texts.get("query_gpu"),
-        sysfs_numa=texts.get("sysfs_numa"),
+    topology = build_topology_from_texts(texts)
+    config = (
+        parse_model_config(read_input_file(args.model_config, "--model-config"), "--model-config")
+        if args.model_config
+        else None
     )
-    heads, kv = _heads(args.model_config) if args.model_config else (None, None)
     layout = plan_layout(
         topology,
         args.tensor_parallel_size,
-        num_attention_heads=args.num_attention_heads if args.num_attention_heads is not None else heads,
-        num_key_value_heads=args.num_key_value_heads if args.num_key_value_heads is not None else kv,
+        num_attention_heads=args.num_attention_heads,
+        num_key_value_heads=args.num_key_value_heads,
+        model_config=config,
         vllm_version=args.vllm_version,
         base_port=args.base_port,
     )
