@@ -554,6 +554,9 @@ def progress_line(event: Mapping[str, Any]) -> str | None:
         return f"   {host}: FAILED '{task}': {_event_message(data)}"
     if kind == "runner_on_ok" and task.startswith("vllm_rollout | ") and "STEP" in task:
         return f"   {host}: {task.split('STEP', 1)[1].strip(' :')}"
+    if kind == "runner_on_ok" and task == "vllm_rollout | Say why the rollout stops":
+        res = data.get("res") or {}
+        return f"   {res.get('msg', 'rollout stops')}" if isinstance(res, Mapping) else None
     return None
 
 

@@ -1,0 +1,227 @@
+"""`vllm-fleet rollout`: run playbooks/rollout.yml through ansible-runner, with progress and a summary.
+
+    vllm-fleet rollout -i inventory/ [--hosts PATTERN] [--canary HOST|GROUP] [--serial 1,25%,100%]
+                       [--max-fail-percentage N] [-e KEY=VALUE | -e @file.yml] [--json]
+
+It prints a line per rollout step and failure while the playbook runs, then the per-host summary (old → new
+version/argv hash, result, time to ready) and fleet totals. The summary is also written, completed with what
+only the event stream knows (which hosts went unreachable mid-turn), to <report dir>/<run id>/summary.json.
+Exit status: 0 when every host is ok or unchanged, 1 when the rollout failed or was refused, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vllm_fleet import rollout
+from vllm_fleet.cli import emit
+from vllm_fleet.errors import FleetInputError
+
+PLAYBOOK = Path("playbooks") / "rollout.yml"
+
+
+def default_project_dir() -> Path:
+    """The checkout holding playbooks/ and roles/ (this package lives in <project>/src/vllm_fleet)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def parse_extra_vars(items: list[str]) -> dict[str, Any]:
+    """`-e KEY=VALUE` (VALUE read as JSON when it parses, else a string) and `-e @file.yml|json`."""
+    import yaml  # only this command needs it
+
+    result: dict[str, Any] = {}
+    for item in items:
+        if item.startswith("@"):
+            path = item[1:]
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    data = yaml.safe_load(handle)
+            except (OSError, yaml.YAMLError) as exc:
+                raise FleetInputError(f"-e {item}: cannot read {path!r} as YAML/JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise FleetInputError(f"-e {item}: {path!r} must hold a mapping of variables")
+            result.update(data)
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise FleetInputError(f"-e {item!r}: expected KEY=VALUE or @FILE")
+        try:
+            result[key.strip()] = json.loads(value)
+        except ValueError:
+            result[key.strip()] = value
+    return result
+
+
+def build_extravars(args: argparse.Namespace, run_id: str, report_dir: Path) -> dict[str, Any]:
+    """The playbook's variables from the command line; the rules are checked here before anything runs."""
+    extra = parse_extra_vars(args.extra_vars or [])
+    if args.hosts:
+        extra["vllm_rollout_hosts"] = args.hosts
+    if args.canary:
+        extra["vllm_rollout_canary"] = [c.strip() for c in args.canary.split(",") if c.strip()]
+    if args.serial:
+        extra["vllm_rollout_serial"] = args.serial
+    if args.max_fail_percentage is not None:
+        extra["vllm_rollout_max_fail_percentage"] = args.max_fail_percentage
+    if "vllm_rollout_serial" in extra:
+        extra["vllm_rollout_serial"] = rollout.parse_serial(extra["vllm_rollout_serial"])
+    if "vllm_rollout_max_fail_percentage" in extra:
+        extra["vllm_rollout_max_fail_percentage"] = rollout.check_max_fail_percentage(
+            extra["vllm_rollout_max_fail_percentage"]
+        )
+    extra["vllm_rollout_run_id"] = run_id
+    extra["vllm_rollout_report_dir"] = str(report_dir)
+    return extra
+
+
+def finish_summary(run_dir: Path, digest: Any, started_at: float, finished_at: float) -> dict[str, Any]:
+    """The playbook's summary, completed from the event stream (or rebuilt from the host records when the
+    playbook stopped before writing it, e.g. when every host of a batch went unreachable)."""
+    written: dict[str, Any] = {}
+    summary_file = run_dir / "summary.json"
+    if summary_file.is_file():
+        written = json.loads(summary_file.read_text(encoding="utf-8"))
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((run_dir / "hosts").glob("*.json"))]
+    targets = [h["host"] for h in written.get("hosts", [])]
+    if not targets:
+        # the plan play never ran: every host the run touched was refused (preflight failed or unreachable)
+        seen = sorted(set(digest.failed) | set(digest.unreachable) | set(digest.stats) - {"localhost"})
+        reasons = {h: "; ".join(digest.failed.get(h, [])) or digest.unreachable.get(h, "") for h in seen}
+        refused = {h: r or "preflight did not pass" for h, r in reasons.items() if r} or None
+        return rollout.summarize(
+            seen,
+            [],
+            refused=refused or {h: "rollout did not start" for h in seen},
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+    refused = None
+    if written.get("result") == "refused":
+        refused = {
+            h["host"]: "; ".join(digest.failed.get(h["host"], []))
+            or digest.unreachable.get(h["host"], "")
+            or h.get("failure")
+            or ""
+            for h in written["hosts"]
+            if h["status"] == "refused" and (h["host"] in digest.failed or h["host"] in digest.unreachable)
+        }
+    return rollout.summarize(
+        targets,
+        records,
+        unreachable=digest.unreachable,
+        refused=refused,
+        stop_reason=written.get("stop_reason") if written.get("result") not in ("ok", "unchanged") else None,
+        started_at=started_at,
+        finished_at=finished_at,
+    )
+
+
+def _progress(event: Mapping[str, Any]) -> bool:
+    line = rollout.progress_line(event)
+    if line:
+        stamp = time.strftime("%H:%M:%S")
+        print(f"{stamp} {line}", file=sys.stderr, flush=True)
+    return True
+
+
+def _handle(args: argparse.Namespace) -> int:
+    # heavy, and only this command needs it: `vllm-fleet --help` must not pay for it
+    import ansible_runner
+
+    project = Path(args.project_dir).resolve() if args.project_dir else default_project_dir()
+    if not (project / PLAYBOOK).is_file():
+        raise FleetInputError(
+            f"--project-dir {str(project)!r} holds no {PLAYBOOK}; point it at the vllm-fleet checkout"
+        )
+    inventories = [str(Path(i).resolve()) for i in args.inventory]
+    for inv in inventories:
+        if not os.path.exists(inv):
+            raise FleetInputError(f"-i {inv!r} does not exist; give an inventory file or folder")
+    run_id = args.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    report_dir = Path(args.report_dir).resolve() if args.report_dir else project / ".vllm-fleet" / "rollouts"
+    extravars = build_extravars(args, run_id, report_dir)
+    run_dir = report_dir / run_id
+
+    events: list[dict[str, Any]] = []
+
+    def on_event(event: dict[str, Any]) -> bool:
+        events.append({"event": event.get("event"), "event_data": event.get("event_data") or {}})
+        if not args.json and not args.quiet:
+            _progress(event)
+        return True
+
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="vllm-fleet-rollout-") as private:
+        runner = ansible_runner.run(
+            private_data_dir=private,
+            project_dir=str(project),
+            playbook=str(project / PLAYBOOK),
+            inventory=inventories,
+            extravars=extravars,
+            envvars=env,
+            event_handler=on_event,
+            quiet=True,
+            timeout=args.timeout or None,
+            verbosity=args.verbose or None,
+        )
+        status, rc = runner.status, runner.rc
+    finished = time.time()
+    digest = rollout.digest_events(events)
+    summary = finish_summary(run_dir, digest, started, finished)
+    summary["run_id"] = run_id
+    summary["summary_file"] = str(run_dir / "summary.json")
+    summary["ansible"] = {"status": status, "rc": rc, "changed": digest.stats}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    human = rollout.format_summary(summary) + f"\nsummary: {run_dir / 'summary.json'}"
+    if status == "timeout":
+        human += f"\nansible-runner stopped the playbook after --timeout {args.timeout}s"
+    emit(summary, args.json, human)
+    return 0 if summary["result"] in ("ok", "unchanged") else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "rollout",
+        help="roll a new configuration out to the fleet: canary, batches, verify, roll back",
+        description=(
+            "Run playbooks/rollout.yml: preflight every host, then the canary, then batches; verify each "
+            "host after its restart, roll a failing host back to its last-known-good configuration and stop."
+        ),
+    )
+    parser.add_argument("-i", "--inventory", action="append", required=True, help="inventory file or folder")
+    parser.add_argument("--hosts", default="", help="host pattern to roll out (default: all)")
+    parser.add_argument(
+        "--canary", default="", help="canary hosts or group, comma-separated (default: first)"
+    )
+    parser.add_argument("--serial", default="", help="batch sizes after the canary, e.g. 1,25%%,100%%")
+    parser.add_argument(
+        "--max-fail-percentage", type=int, default=None, help="failed hosts tolerated per batch (default 0)"
+    )
+    parser.add_argument(
+        "-e", "--extra-vars", action="append", default=[], help="KEY=VALUE (JSON values) or @FILE"
+    )
+    parser.add_argument(
+        "--report-dir", default="", help="where run folders go (default: .vllm-fleet/rollouts)"
+    )
+    parser.add_argument("--run-id", default="", help="name of this run's folder (default: UTC start time)")
+    parser.add_argument("--project-dir", default="", help="the vllm-fleet checkout (default: this one)")
+    parser.add_argument("--timeout", type=int, default=0, help="stop the playbook after this many seconds")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="ansible verbosity")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=_handle)
