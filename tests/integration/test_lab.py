@@ -1,0 +1,179 @@
+"""Real lab hosts: systemd-nspawn containers booted in their own network namespaces on this machine.
+
+Runs `vllm-fleet lab ...` as a user does, reaches the hosts with plain `ansible` from the root network
+namespace, and proves teardown leaves nothing behind (namespaces, links, processes, mounts), also after an
+`up` that failed and after one that was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vllm_fleet import lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+BIN = Path(sys.executable).parent
+CLI = str(BIN / "vllm-fleet")
+ROOT = lab.lab_root()
+
+
+def cli(*args: str, timeout: float = 1500, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([CLI, "lab", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"vllm-fleet lab {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def ansible_ping(inventory: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_HOST_KEY_CHECKING": "False"}
+    return subprocess.run(
+        [str(BIN / "ansible"), "-i", str(inventory), "all", "-m", "ansible.builtin.ping", "-o"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )
+
+
+def leftovers(name: str) -> dict[str, list[str]]:
+    """Everything of lab `name` still on the machine."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    tag = lab.plan_lab(name, ["x"], ROOT).bridge[:9]  # "vfl" + the lab's 6-char tag
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    procs = subprocess.run(["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True, check=True).stdout
+    mounts = subprocess.run(
+        ["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True, check=True
+    ).stdout
+    lab_dir = str(ROOT / "labs" / name)
+    return {
+        "netns": [ln for ln in netns.splitlines() if lab.lab_of_netns(ln.split()[0]) == name],
+        "links": [ln for ln in links.splitlines() if tag in ln],
+        "processes": [
+            ln for ln in procs.splitlines() if f"--machine={name}-" in ln and "systemd-nspawn" in ln
+        ],
+        "mounts": [ln for ln in mounts.splitlines() if ln.startswith(lab_dir)],
+        "dir": [lab_dir] if Path(lab_dir).exists() else [],
+    }
+
+
+def assert_clean(name: str) -> None:
+    left = leftovers(name)
+    assert not any(left.values()), f"lab {name} left behind: {left}"
+
+
+@pytest.fixture
+def lab_name(request):
+    """A lab name unique to the test; the lab is taken down afterwards whatever happened."""
+    name = f"it-{request.node.name.split('_', 1)[1][:10].rstrip('_-').replace('_', '-')}"
+    cli("down", "--name", name, check=False)
+    yield name
+    cli("down", "--name", name, check=False)
+
+
+def test_two_labs_up_reachable_by_ansible_idempotent_and_down_clean(tmp_path):
+    names = ("it-alpha", "it-beta")
+    for name in names:
+        cli("down", "--name", name, check=False)
+    try:
+        inv_a, inv_b = tmp_path / "a.yml", tmp_path / "b.yml"
+        first = json.loads(
+            cli(
+                "up",
+                "--name",
+                "it-alpha",
+                "--hosts",
+                "2",
+                "--without-vllm",
+                "--inventory",
+                str(inv_a),
+                "--json",
+            ).stdout
+        )
+        assert first["changed"] is True and first["status"] == "up"
+        print("it-alpha up timings:", first["timings_s"])
+        cli("up", "--name", "it-beta", "--host", "solo", "--without-vllm", "--inventory", str(inv_b))
+        # plain ansible from the root network namespace reaches every host of both labs
+        ping = ansible_ping(inv_a)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        assert ping.stdout.count("SUCCESS") == 2
+        ping = ansible_ping(inv_b)
+        assert ping.returncode == 0 and "solo | SUCCESS" in ping.stdout, ping.stdout + ping.stderr
+        # each host is its own machine: its hostname, real systemd as PID 1, its own address
+        hosts = yaml.safe_load(inv_a.read_text())["all"]["children"]["lab"]["hosts"]
+        assert set(hosts) == {"it-alpha-1", "it-alpha-2"}
+        status = json.loads(cli("status", "--name", "it-alpha", "--json").stdout)["labs"][0]
+        assert status["status"] == "up"
+        assert all(h["running"] and h["system_state"] in ("running", "degraded") for h in status["hosts"])
+        # up again: reused, nothing created
+        again = json.loads(cli("up", "--name", "it-alpha", "--hosts", "2", "--without-vllm", "--json").stdout)
+        assert again["changed"] is False
+        assert [h["pid"] for h in again["hosts"]] == [h["pid"] for h in first["hosts"]]
+        # a different host list for a lab that is up is refused, naming the fix
+        refused = cli("up", "--name", "it-alpha", "--hosts", "3", "--without-vllm", check=False)
+        assert refused.returncode == 2 and "lab down --name it-alpha" in refused.stderr
+        # taking one lab down leaves the other one alone
+        cli("down", "--name", "it-alpha")
+        assert_clean("it-alpha")
+        ping = ansible_ping(inv_b)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        cli("down", "--name", "it-beta")
+        assert_clean("it-beta")
+    finally:
+        for name in names:
+            cli("down", "--name", name, check=False)
+
+
+def test_failed_up_tears_down_what_it_created(lab_name):
+    # A file where the second host's overlay mount point goes: `up` fails after the network exists and the
+    # first host has booted, and must take all of it down again.
+    blocker = ROOT / "labs" / lab_name / "hosts" / f"{lab_name}-2" / "root"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a directory\n")
+    proc = cli("up", "--name", lab_name, "--hosts", "2", "--without-vllm", check=False)
+    assert proc.returncode != 0
+    assert "tearing down" in proc.stderr
+    assert_clean(lab_name)
+
+
+def test_down_cleans_after_a_killed_up(lab_name):
+    child = subprocess.Popen(
+        [CLI, "lab", "up", "--name", lab_name, "--hosts", "2", "--without-vllm"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    state_file = ROOT / "labs" / lab_name / "state.json"
+    deadline = time.monotonic() + 600
+    try:
+        # kill it once a container runs: it leaves namespaces, a booting host and its mount behind
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(state_file.read_text()).get("pids"):
+                    break
+            except (OSError, ValueError):
+                pass
+            assert child.poll() is None, "lab up ended before it could be killed"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        left = leftovers(lab_name)
+        assert left["netns"] and left["mounts"] and left["processes"], left
+        status = json.loads(cli("status", "--name", lab_name, "--json").stdout)["labs"][0]
+        assert status["status"] == "starting"
+        cli("down", "--name", lab_name)
+        assert_clean(lab_name)
+    finally:
+        if child.poll() is None:
+            child.kill()
