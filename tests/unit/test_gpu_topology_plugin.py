@@ -1,0 +1,150 @@
+"""The gpu_topology_facts action plugin, driven with command outputs recorded on real hardware.
+
+No GPU exists on the test machine, so the plugin's one call to the host (`_execute_module` running the stock
+command module) is replaced by a lookup in recorded outputs: `tests/fixtures/topology/recorded/h200x2/` was
+captured on a real 2 x H200 host by running exactly `vllm_fleet.topology.RECORDED_COMMANDS`, and
+`tests/fixtures/probe/host-state-h200x2-vm.txt` by running the role's host-state command there. The live run
+of `playbooks/probe.yml` on that machine (tests/fixtures/probe/h200x2-live/) must give the same plan.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+from ansible.template import Templar
+
+from vllm_fleet.topology import RECORDED_COMMANDS
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED = ROOT / "tests" / "fixtures" / "topology" / "recorded"
+PROBE = ROOT / "tests" / "fixtures" / "probe"
+HOST_STATE_CMD = "read host state"
+
+_spec = importlib.util.spec_from_file_location("gpu_facts", ROOT / "plugins/action/gpu_topology_facts.py")
+assert _spec and _spec.loader
+plugin = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plugin)
+
+
+def make_action(args: dict[str, Any], outputs: dict[str, tuple[int, str, str]] | None) -> Any:
+    task = Task()
+    task.args = args
+    loader = DataLoader()
+    action = plugin.ActionModule(task, mock.MagicMock(), PlayContext(), loader, Templar(loader=loader), None)
+    calls: list[str] = []
+
+    def execute_module(module_name: str, module_args: dict[str, Any], task_vars: dict, **_: Any) -> dict:
+        assert module_name == "ansible.builtin.command"
+        assert module_args["_uses_shell"] is True
+        cmd = module_args["_raw_params"]
+        calls.append(cmd)
+        if outputs is None:
+            raise AssertionError(f"the host was asked to run {cmd!r}")
+        rc, out, err = outputs[cmd]
+        return {"rc": rc, "stdout": out, "stderr": err, "failed": rc != 0}
+
+    action._execute_module = execute_module
+    action.calls = calls
+    return action
+
+
+def recorded_outputs(folder: str) -> dict[str, tuple[int, str, str]]:
+    outputs = {}
+    for name, cmd in RECORDED_COMMANDS.items():
+        path = RECORDED / folder / name
+        outputs[cmd] = (0, path.read_text(), "") if path.exists() else (127, "", f"sh: 1: {cmd}: not found")
+    outputs[HOST_STATE_CMD] = (0, (PROBE / "host-state-h200x2-vm.txt").read_text(), "")
+    return outputs
+
+
+def run(action: Any) -> dict[str, Any]:
+    return action.run(task_vars={"inventory_hostname": "gpu-host"})
+
+
+def test_live_probe_of_the_recorded_h200x2_host() -> None:
+    action = make_action({"host_state_cmd": HOST_STATE_CMD}, recorded_outputs("h200x2"))
+    result = run(action)
+    fact = result["ansible_facts"]["gpu_topology"]
+    assert result["changed"] is False
+    assert action.calls == [*RECORDED_COMMANDS.values(), HOST_STATE_CMD]
+    topo, layout = fact["topology"], fact["layout"]
+    assert fact["cpu_only"] is False and fact["source"] == "probed live"
+    assert [g["name"] for g in topo["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]
+    assert topo["links"] == [["X", "NV18"], ["NV18", "X"]]
+    assert topo["p2p"] == [["X", "OK"], ["OK", "X"]]
+    assert topo["numa_known"] is False  # sysfs numa_node is -1 inside this VM
+    [inst] = layout["instances"]
+    assert inst["gpus"] == [0, 1] and inst["tensor_parallel_size"] == 2
+    assert inst["numa_binding"]["mode"] == "none"
+    assert inst["disable_custom_all_reduce"] is False
+    assert fact["hugepages"] == [
+        {"node": 0, "page_size_kb": 2048, "pages": 0},
+        {"node": 0, "page_size_kb": 1048576, "pages": 0},
+    ]
+    report = fact["report"]
+    assert report.startswith("== gpu-host (probed live)")
+    assert "NV18 = a bonded set of 18 NVLinks" in report
+    assert "node 0: 0 x 2 MiB" in report
+
+
+def test_the_live_run_on_the_real_h200_machine_planned_the_same() -> None:
+    live = json.loads((PROBE / "h200x2-live" / "probe-report.json").read_text())
+    fact = run(make_action({"host_state_cmd": HOST_STATE_CMD}, recorded_outputs("h200x2")))["gpu_topology"]
+    assert live["cpu_only"] is False and live["source"] == "probed live"
+    assert live["topology"]["links"] == fact["topology"]["links"]
+    assert live["topology"]["p2p"] == fact["topology"]["p2p"]
+    assert live["topology"]["numa_known"] is False
+    assert live["layout"]["instances"] == fact["layout"]["instances"]
+
+
+def test_host_without_nvidia_smi_is_a_cpu_only_host() -> None:
+    outputs = recorded_outputs("h200x2")
+    for cmd in RECORDED_COMMANDS.values():
+        if cmd.startswith("nvidia-smi"):
+            outputs[cmd] = (127, "", "/bin/sh: 1: nvidia-smi: not found")
+    fact = run(make_action({}, outputs))["gpu_topology"]
+    assert fact["cpu_only"] is True
+    [inst] = fact["layout"]["instances"]
+    assert inst["gpus"] == [] and inst["device"] == "cpu"
+    assert "nvidia-smi is not installed" in fact["report"]
+    assert "CPU-only host" in fact["report"].splitlines()[0]
+
+
+def test_nvidia_smi_that_fails_is_refused_not_planned_as_cpu() -> None:
+    outputs = recorded_outputs("h200x2")
+    failing = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    outputs[RECORDED_COMMANDS["topo-m.txt"]] = (9, failing, "")
+    with pytest.raises(AnsibleActionFail, match=r"driver is installed but not working.*install\.yml"):
+        run(make_action({}, outputs))
+
+
+def test_a_failing_optional_command_is_left_out_with_a_note() -> None:
+    outputs = recorded_outputs("h200x2")
+    outputs[RECORDED_COMMANDS["numactl-H.txt"]] = (127, "", "/bin/sh: 1: numactl: not found")
+    fact = run(make_action({}, outputs))["gpu_topology"]
+    assert "numactl --hardware: not installed here" in fact["notes"]
+    assert fact["cpu_only"] is False
+
+
+def test_recorded_dir_plans_without_touching_the_host() -> None:
+    action = make_action({"recorded_dir": str(RECORDED / "8x4090-dual-socket")}, None)
+    fact = run(action)["gpu_topology"]
+    assert action.calls == []
+    assert fact["source"].startswith("recorded: ")
+    instances = fact["layout"]["instances"]
+    plan = [(i["gpus"], i["numa_binding"]["mode"], i["numa_binding"]["nodes"]) for i in instances]
+    assert plan == [([0, 1, 2, 3], "numactl", [0]), ([4, 5, 6, 7], "numactl", [1])]
+
+
+def test_missing_recorded_dir_names_the_folder() -> None:
+    with pytest.raises(AnsibleActionFail, match="recorded-hardware folder '/nonexistent/x' does not exist"):
+        run(make_action({"recorded_dir": "/nonexistent/x"}, None))
