@@ -1,0 +1,147 @@
+"""Action plugin: wait until a vLLM instance answers /health, failing fast with the fatal log line on a crash.
+
+Thin by design: every poll runs two stock modules on the host (`ansible.builtin.command` for `systemctl show`,
+`ansible.builtin.uri` for /health) and `vllm_fleet.report.classify_readiness` decides. A unit that dies while
+loading is caught at the next poll (NRestarts, a new InvocationID, failed or auto-restart), and the journal of
+the start that was waited on is read and parsed with `vllm_fleet.logcheck`, so the message carries the
+fatal line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.report import (
+    SYSTEMCTL_PROPERTIES,
+    Readiness,
+    UnitState,
+    api_target,
+    classify_readiness,
+    crash_message,
+    parse_systemctl_show,
+    ready_timeout,
+)
+
+ARGUMENT_SPEC = {
+    "plan": {"type": "dict", "required": True},
+    "address": {"type": "str"},
+    "unit_prefix": {"type": "str", "default": "vllm-fleet-"},
+    "timeout": {"type": "int", "default": 0},
+    "timeout_base": {"type": "int", "default": 300},
+    "timeout_per_gib": {"type": "int", "default": 20},
+    "interval": {"type": "float", "default": 2.0},
+    "request_timeout": {"type": "int", "default": 5},
+    "journal_lines": {"type": "int", "default": 2000},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def _module(self, name: str, args: dict, task_vars: dict) -> dict:
+        return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+
+    def _unit_state(self, unit: str, task_vars: dict) -> UnitState:
+        res = self._module(
+            "ansible.builtin.command",
+            {"argv": ["systemctl", "show", "-p", ",".join(SYSTEMCTL_PROPERTIES), unit]},
+            task_vars,
+        )
+        if res.get("rc", 1) != 0:
+            raise AnsibleActionFail(f"systemctl show {unit} failed: {res.get('stderr') or res.get('msg')}")
+        return parse_systemctl_show(res.get("stdout", ""), unit)
+
+    def _health(self, url: str, request_timeout: int, task_vars: dict) -> int | None:
+        res = self._module(
+            "ansible.builtin.uri",
+            {"url": url, "status_code": [200, 503], "timeout": request_timeout, "follow_redirects": "none"},
+            task_vars,
+        )
+        status = res.get("status")
+        return status if isinstance(status, int) and status > 0 else None
+
+    def _model_bytes(self, model_path: str, task_vars: dict) -> int | None:
+        """Bytes of weights on disk (None for a hub name or an unreadable path: the deadline's base)."""
+        if not model_path.startswith("/"):
+            return None
+        res = self._module("ansible.builtin.command", {"argv": ["du", "-sbL", model_path]}, task_vars)
+        first = (res.get("stdout") or "").split()
+        return int(first[0]) if res.get("rc") == 0 and first and first[0].isdigit() else None
+
+    def _journal(self, unit: str, invocation_id: str, lines: int, task_vars: dict) -> tuple[str, str]:
+        """The journal of one start of the unit; the unit's recent lines when that start logged nothing."""
+        if invocation_id:
+            argv = ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation_id}"]
+            res = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
+            if res.get("rc") == 0 and res.get("stdout", "").strip():
+                return res["stdout"], " ".join(argv)
+        argv = ["journalctl", "--no-pager", "-o", "cat", "-u", unit, "-n", str(lines)]
+        res = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
+        return res.get("stdout", ""), " ".join(argv)
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(ARGUMENT_SPEC)
+        try:
+            target = api_target(args["plan"], unit_prefix=args["unit_prefix"], address=args["address"])
+        except FleetInputError as exc:
+            raise AnsibleActionFail(f"vllm_fleet_wait: {exc}") from exc
+        unit, url = target.unit, f"{target.base_url}/health"
+        timeout = args["timeout"]
+        if timeout < 0:
+            raise AnsibleActionFail(
+                f"vllm_fleet_wait: timeout={timeout}: give a positive number of seconds, or 0 to derive it "
+                "from the model's size (vllm_verify_ready_timeout)"
+            )
+        if timeout == 0:
+            model_bytes = self._model_bytes(target.model_path, task_vars)
+            timeout = ready_timeout(
+                model_bytes, base_s=args["timeout_base"], per_gib_s=args["timeout_per_gib"]
+            )
+
+        start = time.monotonic()
+        deadline = start + timeout
+        baseline: UnitState | None = None
+        polls = 0
+        try:
+            while True:
+                polls += 1
+                state = self._unit_state(unit, task_vars)
+                health = self._health(url, args["request_timeout"], task_vars)
+                verdict = classify_readiness(state, baseline, health)
+                baseline = baseline or state
+                if verdict.final:
+                    break
+                if time.monotonic() >= deadline:
+                    verdict = Readiness("timeout", f"not ready within {timeout} s ({verdict.reason})")
+                    break
+                time.sleep(min(args["interval"], max(0.0, deadline - time.monotonic())))
+        except FleetInputError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+
+        waited = time.monotonic() - start
+        result.update(
+            changed=False,
+            state=verdict.state,
+            reason=verdict.reason,
+            waited_s=round(waited, 1),
+            polls=polls,
+            timeout=timeout,
+            target=target.to_dict(),
+            unit_state=state.to_dict(),
+            invocation_id=baseline.invocation_id if baseline else "",
+        )
+        if verdict.state == "ready":
+            return result
+        journal, source = self._journal(
+            unit, baseline.invocation_id if baseline else "", args["journal_lines"], task_vars
+        )
+        msg, errors = crash_message(unit, verdict, journal, waited)
+        result.update(failed=True, msg=msg, errors=errors, journal_source=source)
+        return result

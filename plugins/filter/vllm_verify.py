@@ -1,0 +1,29 @@
+"""Filters for the vllm_verify role: thin adapters over `vllm_fleet.report`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    from vllm_fleet import report
+except ImportError:  # a checkout used without `pip install -e .`: use its src/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from vllm_fleet import report
+
+
+def vllm_verify_probe_prompt(
+    prompt: str, completion: dict[str, Any], metrics_text: str, max_model_len: Any, max_tokens: Any
+) -> str:
+    """The verify prompt repeated to span more than one KV block (see `report.probe_prompt`)."""
+    body = completion.get("json") if isinstance(completion, dict) else None
+    usage = body.get("usage") if isinstance(body, dict) else None
+    tokens = int(usage.get("prompt_tokens") or 0) if isinstance(usage, dict) else 0
+    length = int(max_model_len) if max_model_len not in (None, "") else None
+    return report.probe_prompt(prompt, tokens, report.cache_block_size(metrics_text), length, int(max_tokens))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"vllm_verify_probe_prompt": vllm_verify_probe_prompt}

@@ -1,0 +1,847 @@
+"""Post-deploy verification: readiness, API and metrics checks, per-instance JSON reports, the fleet table.
+
+The verify role gathers raw text on each host (systemctl show, the journal of the current start, the API's
+answers, /metrics) and hands it here; the startup-log checks themselves are `vllm_fleet.logcheck`'s, so the
+role and `vllm-fleet logcheck` give the same verdict for the same journal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.logcheck import Check, check_log, parse_log
+from vllm_fleet.metrics import MetricsSummary, summarize_metrics
+from vllm_fleet.sizes import parse_human_int
+
+REPORT_VERSION = 1
+
+# --------------------------------------------------------------------------------------------- unit state
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """The few `systemctl show` properties that tell a loading instance from a crashed one."""
+
+    active_state: str = ""
+    sub_state: str = ""
+    result: str = ""
+    n_restarts: int = 0
+    invocation_id: str = ""
+    main_pid: int = 0
+    exec_main_status: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "active_state": self.active_state,
+            "sub_state": self.sub_state,
+            "result": self.result,
+            "n_restarts": self.n_restarts,
+            "invocation_id": self.invocation_id,
+            "main_pid": self.main_pid,
+            "exec_main_status": self.exec_main_status,
+        }
+
+
+SYSTEMCTL_PROPERTIES = (
+    "ActiveState",
+    "SubState",
+    "Result",
+    "NRestarts",
+    "InvocationID",
+    "MainPID",
+    "ExecMainStatus",
+    "LoadState",
+)
+
+
+def _int_or(value: str | None, default: int | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def parse_systemctl_show(text: str, unit: str = "the unit") -> UnitState:
+    """Read `systemctl show -p ActiveState,SubState,...` (`Key=Value` lines)."""
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    if props.get("LoadState") == "not-found":
+        raise FleetInputError(
+            f"{unit}: systemd has no such unit (LoadState=not-found); deploy it first (playbooks/deploy.yml) "
+            "or fix vllm_verify_instances"
+        )
+    if "ActiveState" not in props:
+        raise FleetInputError(f"{unit}: `systemctl show` printed no ActiveState; got {text[:200]!r}")
+    return UnitState(
+        active_state=props.get("ActiveState", ""),
+        sub_state=props.get("SubState", ""),
+        result=props.get("Result", ""),
+        n_restarts=_int_or(props.get("NRestarts"), 0) or 0,
+        invocation_id=props.get("InvocationID", ""),
+        main_pid=_int_or(props.get("MainPID"), 0) or 0,
+        exec_main_status=_int_or(props.get("ExecMainStatus"), None),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- readiness
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """One poll's verdict. `state`: ready | starting | crashed | engine_dead | stopped."""
+
+    state: str
+    reason: str
+
+    @property
+    def final(self) -> bool:
+        return self.state != "starting"
+
+
+def classify_readiness(unit: UnitState, baseline: UnitState | None, health_status: int | None) -> Readiness:
+    """Decide from the unit's state and /health's answer (None: connection refused or no answer).
+
+    `baseline` is the state seen at the first poll: a restart since then (NRestarts up, a new InvocationID)
+    means the start being waited on died, even if the new start is loading again.
+    """
+    if baseline is not None and unit.n_restarts > baseline.n_restarts:
+        return Readiness(
+            "crashed",
+            f"systemd restarted the unit (NRestarts {baseline.n_restarts} -> {unit.n_restarts}): the process "
+            "exited while loading",
+        )
+    if (
+        baseline is not None
+        and baseline.invocation_id
+        and unit.invocation_id not in ("", baseline.invocation_id)
+    ):
+        return Readiness(
+            "crashed", "the unit was started again (new InvocationID) while it was being waited on"
+        )
+    if unit.active_state == "failed":
+        return Readiness(
+            "crashed", f"the unit failed (Result={unit.result}, exit status {unit.exec_main_status})"
+        )
+    if unit.sub_state == "auto-restart":
+        return Readiness(
+            "crashed",
+            f"the process exited (Result={unit.result}, exit status {unit.exec_main_status}) and "
+            "systemd is about to restart it",
+        )
+    if unit.active_state in ("inactive", "deactivating"):
+        return Readiness("stopped", f"the unit is {unit.active_state} (Result={unit.result}); start it first")
+    if health_status == 200:
+        return Readiness("ready", "/health answered 200")
+    if health_status == 503:
+        return Readiness("engine_dead", "/health answered 503: the API server is up but its engine died")
+    if health_status is None:
+        return Readiness("starting", "the API port refuses connections (model still loading)")
+    return Readiness("starting", f"/health answered {health_status}")
+
+
+GIB = 1 << 30
+
+
+def ready_timeout(
+    model_bytes: int | None, *, base_s: int = 300, per_gib_s: int = 20, cap_s: int = 3600
+) -> int:
+    """The readiness deadline for a model of `model_bytes` of weights (unknown: the base).
+
+    Why these figures: engine start without the weights (imports, profiling, torch.compile, CUDA-graph
+    capture) takes up to ~5 minutes on a GPU host; reading weights from local disk and moving them to the
+    GPUs runs at well over 0.05 GiB/s, so 20 s per GiB leaves room for slow disks without waiting hours on
+    a crash.
+    """
+    if model_bytes is None or model_bytes <= 0:
+        return base_s
+    return min(cap_s, base_s + math.ceil(model_bytes / GIB) * per_gib_s)
+
+
+# ---------------------------------------------------------------------------------------- instance plan
+
+
+@dataclass(frozen=True)
+class ApiTarget:
+    """What the API checks need to know about one instance, from its plan (`/etc/vllm-fleet/<i>.json`)."""
+
+    instance: str
+    unit: str
+    address: str
+    port: int
+    served_model_name: str
+    max_model_len: int | None
+    prefix_caching: bool
+    spec_decode: bool
+    model_path: str
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "unit": self.unit,
+            "address": self.address,
+            "port": self.port,
+            "base_url": self.base_url,
+            "served_model_name": self.served_model_name,
+            "max_model_len": self.max_model_len,
+            "prefix_caching": self.prefix_caching,
+            "spec_decode": self.spec_decode,
+            "model_path": self.model_path,
+        }
+
+
+def _argv_options(argv: Sequence[str]) -> dict[str, str]:
+    """`--flag value` / `--flag=value` pairs of a `vllm serve` argv (a bare flag maps to "")."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            name = name.replace("_", "-")
+            if eq:
+                options[name] = value
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                options[name] = argv[i + 1]
+                i += 1
+            else:
+                options[name] = ""
+        i += 1
+    return options
+
+
+def _model_path(argv: Sequence[str]) -> str:
+    """The positional model of `... serve MODEL ...`."""
+    for i, arg in enumerate(argv):
+        if arg == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1]
+    return ""
+
+
+def api_target(
+    plan: Mapping[str, Any], *, unit_prefix: str = "vllm-fleet-", address: str | None = None
+) -> ApiTarget:
+    """Where and what to ask, from an instance plan: argv (list or string), port, instance name.
+
+    The address is the one vLLM listens on (`--host`), so nothing needs to listen beyond what the inventory
+    asks; a wildcard `--host` (or none) is reached on loopback.
+    """
+    name = str(plan.get("instance") or plan.get("name") or "")
+    if not name:
+        raise FleetInputError(
+            f"instance plan has no 'instance' (or 'name'); got keys {sorted(plan)}: "
+            "is this an /etc/vllm-fleet/<instance>.json written by vllm_service?"
+        )
+    argv_raw = plan.get("argv") or []
+    argv = shlex.split(argv_raw) if isinstance(argv_raw, str) else [str(a) for a in argv_raw]
+    options = _argv_options(argv)
+    port_raw = plan.get("port") or options.get("port") or 8000
+    try:
+        port = int(port_raw)
+    except (TypeError, ValueError) as exc:
+        raise FleetInputError(f"instance plan {name}: port {port_raw!r} is not an integer") from exc
+    expectations = plan.get("expectations") or {}
+    host = address or options.get("host") or ""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    model = _model_path(argv) or str(options.get("model", ""))
+    served = (options.get("served-model-name") or "").split()[:1] or [model]
+    max_len = expectations.get("max_model_len")
+    if max_len is None and options.get("max-model-len") not in (None, "", "-1", "auto"):
+        max_len = parse_human_int(options["max-model-len"], f"instance plan {name}: --max-model-len")
+    prefix = "no-enable-prefix-caching" not in options and "disable-prefix-caching" not in options
+    spec = any(k.startswith("speculative-config") for k in options) or "spec-method" in options
+    return ApiTarget(
+        instance=name,
+        unit=str(plan.get("unit") or f"{unit_prefix}{name}.service"),
+        address=host,
+        port=port,
+        served_model_name=served[0],
+        max_model_len=int(max_len) if max_len is not None else None,
+        prefix_caching=prefix,
+        spec_decode=spec,
+        model_path=model,
+    )
+
+
+# ------------------------------------------------------------------------------------------ crash report
+
+FATAL_HINTS = {
+    "max_model_len_exceeds_kv_cache": "lower max_model_len, or give the KV cache more memory "
+    "(gpu_memory_utilization, kv_cache_memory_bytes; VLLM_CPU_KVCACHE_SPACE on CPU)",
+    "no_kv_cache_memory": "the weights and activations leave no memory for the KV cache: raise "
+    "gpu_memory_utilization, add GPUs (tensor_parallel_size) or use a smaller/quantized model",
+    "cuda_oom": "lower gpu_memory_utilization or max_num_seqs, or stop what else uses the GPU",
+    "unrecognized_arguments": "the installed vLLM does not know a flag of the serve command: compare "
+    "`vllm-fleet flags --vllm-version V` with the rendered argv, or pin the vLLM release the flags need",
+    "engine_init_failed": "the root cause is logged above this line in the same journal",
+}
+
+
+def log_errors(log_report: Any) -> list[tuple[str, str]]:
+    """`(kind, line)` of each fatal error `logcheck.parse_log` found."""
+    out = []
+    for error in getattr(log_report, "errors", None) or []:
+        if isinstance(error, Mapping):
+            out.append((str(error.get("kind", "error")), str(error.get("line", ""))))
+        else:
+            out.append((str(getattr(error, "kind", "error")), str(getattr(error, "line", ""))))
+    return out
+
+
+def crash_message(
+    unit: str, readiness: Readiness, journal: str, waited_s: float
+) -> tuple[str, list[dict[str, str]]]:
+    """The failure message for an instance that died while loading: the fatal line, not a timeout."""
+    errors = log_errors(parse_log(journal))
+    # engine_init_failed is the wrapper; lead with the root cause when one was logged.
+    errors.sort(key=lambda e: e[0] == "engine_init_failed")
+    lines = [f"{unit} did not become ready: {readiness.reason} (after {waited_s:.0f} s)."]
+    if errors:
+        kind, line = errors[0]
+        lines.append(f"Fatal log line ({kind}): {line.strip()}")
+        if kind in FATAL_HINTS:
+            lines.append(f"Fix: {FATAL_HINTS[kind]}.")
+        lines.extend(f"Also logged ({k}): {ln.strip()}" for k, ln in errors[1:3])
+    else:
+        tail = [ln for ln in journal.splitlines() if ln.strip()][-5:]
+        lines.append("No known fatal line in this start's journal; its last lines:")
+        lines.extend(f"  {ln}" for ln in tail)
+    return "\n".join(lines), [{"kind": k, "line": ln} for k, ln in errors]
+
+
+# ------------------------------------------------------------------------------------- prefix-cache probe
+
+
+def cache_block_size(metrics_text: str | None) -> int | None:
+    """The KV block size in effect, from /metrics' `vllm:cache_config_info` labels (None when absent)."""
+    if not metrics_text:
+        return None
+    return block_size_of(summarize_metrics(metrics_text).cache_config)
+
+
+def block_size_of(cache_config: Mapping[str, str]) -> int | None:
+    """The block size of `vllm:cache_config_info` labels (the resolved one when vLLM reports both)."""
+    for key in ("effective_attention_block_size", "block_size"):
+        value = str(cache_config.get(key, ""))
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def probe_prompt(
+    prompt: str, prompt_tokens: int | None, block_size: int | None, max_model_len: int | None, max_tokens: int
+) -> str:
+    """`prompt` repeated until it spans more than one KV block, within max_model_len.
+
+    vLLM's prefix cache only hits whole blocks, and blocks differ (16 on most GPUs, 128 on CPU, hundreds
+    for hybrid models), so a short prompt repeated shows no hits at all. `prompt_tokens` is what the server
+    counted for one copy (the first completion's `usage.prompt_tokens`).
+    """
+    if not prompt_tokens or prompt_tokens <= 0:
+        return prompt
+    need = (block_size or 16) + 1
+    copies = -(-need // prompt_tokens)
+    if max_model_len:
+        room = max_model_len - max_tokens - 1
+        copies = max(1, min(copies, room // prompt_tokens))
+    return " ".join([prompt] * copies)
+
+
+# ------------------------------------------------------------------------------------------- API checks
+
+
+def _mk(name: str, ok: bool, expected: Any, seen: Any, line: str = "", detail: str = "") -> Check:
+    return Check(name=name, ok=ok, expected=expected, seen=seen, line=line, detail=detail)
+
+
+def _status(resp: Mapping[str, Any] | None) -> int | None:
+    if not resp:
+        return None
+    status = resp.get("status")
+    return int(status) if isinstance(status, int) and status > 0 else None
+
+
+def _json_body(resp: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not resp:
+        return {}
+    body = resp.get("json")
+    if isinstance(body, dict):
+        return body
+    content = resp.get("content")
+    if isinstance(content, str) and content.strip().startswith("{"):
+        try:
+            parsed = json.loads(content)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return {}
+
+
+def _where(target: ApiTarget, path: str) -> str:
+    return (
+        f"GET {target.base_url}{path}"
+        if path in ("/health", "/v1/models", "/metrics")
+        else (f"POST {target.base_url}{path}")
+    )
+
+
+def check_health(target: ApiTarget, resp: Mapping[str, Any] | None) -> Check:
+    status = _status(resp)
+    return _mk(
+        "api_health",
+        status == 200,
+        200,
+        status,
+        _where(target, "/health"),
+        "" if status == 200 else "no answer (connection refused?)" if status is None else "",
+    )
+
+
+def check_models(target: ApiTarget, resp: Mapping[str, Any] | None) -> list[Check]:
+    body = _json_body(resp)
+    cards = [c for c in body.get("data", []) if isinstance(c, dict)]
+    card = next((c for c in cards if c.get("id") == target.served_model_name), None)
+    ids = [c.get("id") for c in cards]
+    checks = [
+        _mk(
+            "api_models_served_name",
+            card is not None,
+            target.served_model_name,
+            ids,
+            _where(target, "/v1/models"),
+            f"status {_status(resp)}",
+        )
+    ]
+    if target.max_model_len is not None:
+        seen = card.get("max_model_len") if card else None
+        checks.append(
+            _mk(
+                "api_models_max_model_len",
+                seen == target.max_model_len,
+                target.max_model_len,
+                seen,
+                _where(target, "/v1/models"),
+            )
+        )
+    return checks
+
+
+def _completion_tokens(body: Mapping[str, Any]) -> int:
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    return int(usage.get("completion_tokens") or 0)
+
+
+def check_completion(target: ApiTarget, name: str, path: str, resp: Mapping[str, Any] | None) -> Check:
+    body = _json_body(resp)
+    tokens = _completion_tokens(body)
+    choices = body.get("choices") if isinstance(body.get("choices"), list) else []
+    ok = _status(resp) == 200 and tokens > 0 and bool(choices)
+    detail = f"status {_status(resp)}"
+    if not ok and body.get("error"):
+        detail += f": {json.dumps(body['error'])[:300]}"
+    return _mk(
+        name,
+        ok,
+        "status 200 with >= 1 completion token",
+        f"{tokens} completion tokens",
+        _where(target, path),
+        detail,
+    )
+
+
+def check_metrics_endpoint(target: ApiTarget, resp: Mapping[str, Any] | None) -> Check:
+    status = _status(resp)
+    content = (resp or {}).get("content") or ""
+    ok = status == 200 and "vllm:" in content
+    return _mk(
+        "api_metrics",
+        ok,
+        "status 200 with vllm:* metrics",
+        f"status {status}, {len(content)} bytes",
+        _where(target, "/metrics"),
+    )
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Pass marks for the figures verify measures (None: report the figure, do not judge it)."""
+
+    spec_acceptance_min: float | None = 0.3
+    ttft_p99_max_s: float | None = None
+    max_restarts: int = 0
+
+
+def check_metrics(
+    target: ApiTarget, summary: MetricsSummary, thresholds: Thresholds, spec_log: Mapping[str, Any] | None
+) -> list[Check]:
+    """Prefix-cache hits on the repeated prompt, speculative acceptance, TTFT P99 (over the verify window)."""
+    where = _where(target, "/metrics")
+    checks: list[Check] = []
+    block = block_size_of(summary.cache_config)
+    if target.prefix_caching and block and target.max_model_len and target.max_model_len <= block:
+        checks.append(
+            _mk(
+                "prefix_cache_hits",
+                True,
+                "not measurable",
+                None,
+                where,
+                f"max_model_len {target.max_model_len} does not exceed one KV block ({block} tokens)",
+            )
+        )
+    elif target.prefix_caching:
+        hits = summary.prefix_cache_hits
+        checks.append(
+            _mk(
+                "prefix_cache_hits",
+                bool(hits and hits > 0),
+                "> 0 hit tokens on a repeated prompt",
+                hits,
+                where,
+                f"queries {summary.prefix_cache_queries}",
+            )
+        )
+    if target.spec_decode and thresholds.spec_acceptance_min is not None:
+        rate = summary.spec_acceptance_rate
+        log_rate = None
+        if spec_log and spec_log.get("avg_draft_acceptance_rate") is not None:
+            log_rate = float(spec_log["avg_draft_acceptance_rate"]) / 100.0
+        seen = rate if rate is not None else log_rate
+        checks.append(
+            _mk(
+                "spec_decode_acceptance",
+                seen is not None and seen >= thresholds.spec_acceptance_min,
+                f">= {thresholds.spec_acceptance_min:.2f}",
+                seen,
+                where,
+                f"metrics {rate}, log line {log_rate}",
+            )
+        )
+    ttft_ok = summary.ttft_count > 0
+    if ttft_ok and thresholds.ttft_p99_max_s is not None:
+        ttft_ok = summary.ttft_p99_s is not None and summary.ttft_p99_s <= thresholds.ttft_p99_max_s
+    expected = (
+        "observations" if thresholds.ttft_p99_max_s is None else f"P99 <= {thresholds.ttft_p99_max_s} s"
+    )
+    checks.append(
+        _mk(
+            "ttft_p99",
+            ttft_ok,
+            expected,
+            summary.ttft_p99_s,
+            where,
+            f"P50 {summary.ttft_p50_s} s over {summary.ttft_count} requests",
+        )
+    )
+    return checks
+
+
+def check_restarts(unit: UnitState, thresholds: Thresholds) -> Check:
+    """Automatic restarts since the last deliberate start (systemd's NRestarts): a healthy unit has none."""
+    return _mk(
+        "restarts",
+        unit.n_restarts <= thresholds.max_restarts and unit.active_state == "active",
+        f"<= {thresholds.max_restarts} and active",
+        f"{unit.n_restarts} ({unit.active_state}/{unit.sub_state})",
+        "systemctl show -p NRestarts,ActiveState",
+    )
+
+
+# ------------------------------------------------------------------------------------------- the report
+
+
+@dataclass
+class InstanceReport:
+    host: str
+    instance: str
+    unit: str
+    ok: bool
+    checks: list[Check]
+    target: dict[str, Any] = field(default_factory=dict)
+    unit_state: dict[str, Any] = field(default_factory=dict)
+    log: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    readiness: dict[str, Any] = field(default_factory=dict)
+
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": REPORT_VERSION,
+            "host": self.host,
+            "instance": self.instance,
+            "unit": self.unit,
+            "ok": self.ok,
+            "checks": [check_to_dict(c) for c in self.checks],
+            "target": self.target,
+            "unit_state": self.unit_state,
+            "readiness": self.readiness,
+            "log": self.log,
+            "metrics": self.metrics,
+        }
+
+
+def check_to_dict(check: Check) -> dict[str, Any]:
+    return {
+        "name": check.name,
+        "ok": bool(check.ok),
+        "expected": check.expected,
+        "seen": check.seen,
+        "line": check.line,
+        "detail": check.detail,
+    }
+
+
+def _log_dict(report: Any) -> dict[str, Any]:
+    to_dict = getattr(report, "to_dict", None)
+    return to_dict() if callable(to_dict) else {}
+
+
+def check_readiness(readiness: Mapping[str, Any]) -> list[Check]:
+    """The wait's verdict as checks: ready, or why not, with the fatal line(s) it read from the journal."""
+    state = str(readiness.get("state", ""))
+    where = f"waited {readiness.get('waited_s')} s of {readiness.get('timeout')} s"
+    checks = [
+        _mk(
+            "ready",
+            state == "ready",
+            "ready (/health 200)",
+            f"{state}: {readiness.get('reason', '')}",
+            where,
+            str(readiness.get("msg", "")) if state != "ready" else "",
+        )
+    ]
+    for error in readiness.get("errors") or []:
+        checks.append(
+            _mk(
+                f"log_fatal_{error.get('kind')}",
+                False,
+                "no fatal error in this start's log",
+                error.get("kind"),
+                str(error.get("line", "")),
+            )
+        )
+    return checks
+
+
+def build_report(
+    *,
+    host: str,
+    plan: Mapping[str, Any],
+    journal: str,
+    unit_show: str,
+    api: Mapping[str, Mapping[str, Any] | None],
+    metrics_before: str | None,
+    metrics_after: str | None,
+    thresholds: Thresholds | None = None,
+    readiness: Mapping[str, Any] | None = None,
+    unit_prefix: str = "vllm-fleet-",
+    address: str | None = None,
+) -> InstanceReport:
+    """Every check of one instance: the startup log against the plan's expectations, the API, /metrics.
+
+    When the wait says the instance never became ready, the report holds that verdict and the fatal lines
+    only: checking a dead instance's API would only repeat the same failure many times.
+    """
+    thresholds = thresholds or Thresholds()
+    target = api_target(plan, unit_prefix=unit_prefix, address=address)
+    unit = parse_systemctl_show(unit_show, target.unit)
+    readiness = dict(readiness or {})
+    checks: list[Check] = check_readiness(readiness) if readiness else []
+    log: dict[str, Any] = {}
+    summary = MetricsSummary()
+
+    if not readiness or readiness.get("state") == "ready":
+        log_report = parse_log(journal)
+        log = _log_dict(log_report)
+        # A healthy start logs its readiness and no fatal line, whatever else the plan expects.
+        expectations = {"ready": True, "no_errors": True, **dict(plan.get("expectations") or {})}
+        checks.extend(check_log(log_report, expectations))
+        checks.append(check_restarts(unit, thresholds))
+        checks.append(check_health(target, api.get("health")))
+        checks.extend(check_models(target, api.get("models")))
+        checks.append(check_completion(target, "api_completion", "/v1/completions", api.get("completion")))
+        checks.append(
+            check_completion(target, "api_chat_completion", "/v1/chat/completions", api.get("chat"))
+        )
+        checks.append(check_metrics_endpoint(target, api.get("metrics")))
+        if metrics_after:
+            summary = summarize_metrics(metrics_after, metrics_before)
+            spec_log = getattr(log_report, "spec_decode", None)
+            spec = spec_log if isinstance(spec_log, Mapping) or spec_log is None else _log_dict(spec_log)
+            checks.extend(check_metrics(target, summary, thresholds, spec))
+
+    kept = {
+        k: readiness[k]
+        for k in ("state", "reason", "waited_s", "timeout", "polls", "invocation_id")
+        if k in readiness
+    }
+    return InstanceReport(
+        host=host,
+        instance=target.instance,
+        unit=target.unit,
+        ok=bool(checks) and all(c.ok for c in checks),
+        checks=checks,
+        target=target.to_dict(),
+        unit_state=unit.to_dict(),
+        log=log,
+        metrics=summary.to_dict(),
+        readiness=kept,
+    )
+
+
+def failure_message(report: Mapping[str, Any] | InstanceReport) -> str:
+    """One line per failed check: what was expected, what was seen, and where (log line or request)."""
+    data = report.to_dict() if isinstance(report, InstanceReport) else report
+    lines = [f"{data['host']}/{data['instance']} ({data['unit']}): verification failed"]
+    for check in data["checks"]:
+        if not check["ok"]:
+            where = f" at: {check['line']}" if check.get("line") else ""
+            detail = f" ({check['detail']})" if check.get("detail") else ""
+            lines.append(
+                f"  - {check['name']}: expected {check['expected']}, seen {check['seen']}{detail}{where}"
+            )
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ saving and table
+
+
+def _safe(part: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", part) or "_"
+
+
+def report_path(report_dir: str | os.PathLike[str], host: str, instance: str) -> Path:
+    return Path(report_dir) / f"{_safe(host)}--{_safe(instance)}.json"
+
+
+def save_report(report_dir: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
+    """Write `<dir>/<host>--<instance>.json` atomically, so a reader never sees half a file."""
+    path = report_path(report_dir, str(data["host"]), str(data["instance"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_reports(report_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every `*.json` report of a folder, sorted by host then instance."""
+    folder = Path(report_dir)
+    if not folder.is_dir():
+        raise FleetInputError(
+            f"report folder {str(folder)!r} does not exist; run playbooks/verify.yml first "
+            "or name the folder that vllm_verify_report_dir points to"
+        )
+    reports = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise FleetInputError(
+                f"report {str(path)!r} is not JSON ({exc}); delete it and verify again"
+            ) from exc
+        if not isinstance(data, dict) or "checks" not in data or "host" not in data:
+            raise FleetInputError(f"report {str(path)!r} is not a vllm-fleet verify report (no host/checks)")
+        reports.append(data)
+    return sorted(reports, key=lambda r: (str(r["host"]), str(r["instance"])))
+
+
+def _fmt(value: Any, scale: float = 1.0, digits: int = 0, suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (int, float)):
+        number = value * scale
+        return f"{number:,.{digits}f}{suffix}"
+    return str(value)
+
+
+TABLE_COLUMNS = (
+    "host",
+    "instance",
+    "result",
+    "kv tokens",
+    "conc.",
+    "kv dtype",
+    "ttft p50/p99 ms",
+    "prefix hit",
+    "spec acc.",
+    "restarts",
+    "failed checks",
+)
+
+
+def table_rows(reports: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for data in reports:
+        log = data.get("log") or {}
+        metrics = data.get("metrics") or {}
+        failed = [c["name"] for c in data.get("checks", []) if not c.get("ok")]
+        ttft = f"{_fmt(metrics.get('ttft_p50_s'), 1000)}/{_fmt(metrics.get('ttft_p99_s'), 1000)}"
+        restarts = (data.get("unit_state") or {}).get("n_restarts")
+        rows.append(
+            [
+                str(data.get("host")),
+                str(data.get("instance")),
+                "OK" if data.get("ok") else "FAIL",
+                _fmt(log.get("kv_cache_tokens")),
+                _fmt(log.get("max_concurrency"), digits=2, suffix="x"),
+                _fmt(log.get("kv_cache_dtype")),
+                ttft,
+                _fmt(metrics.get("prefix_cache_hit_rate"), 100, 1, "%"),
+                _fmt(metrics.get("spec_acceptance_rate"), 100, 1, "%"),
+                _fmt(restarts),
+                ", ".join(failed) or "-",
+            ]
+        )
+    return rows
+
+
+def fleet_table(reports: Sequence[Mapping[str, Any]]) -> str:
+    """A plain-text table, one row per host and instance, with a summary line."""
+    rows = table_rows(reports)
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(TABLE_COLUMNS)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(TABLE_COLUMNS, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    passed = sum(1 for r in reports if r.get("ok"))
+    lines.append(f"{passed}/{len(reports)} instances passed")
+    return "\n".join(lines)
+
+
+def fleet_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The JSON twin of the table (`vllm-fleet report --json`)."""
+    return {
+        "instances": len(reports),
+        "passed": sum(1 for r in reports if r.get("ok")),
+        "failed": [
+            {
+                "host": r["host"],
+                "instance": r["instance"],
+                "checks": [c["name"] for c in r.get("checks", []) if not c.get("ok")],
+            }
+            for r in reports
+            if not r.get("ok")
+        ],
+        "rows": [dict(zip(TABLE_COLUMNS, row, strict=True)) for row in table_rows(reports)],
+    }
