@@ -15,7 +15,7 @@ import pytest
 
 from vllm_fleet.capacity import KvShape, plan_capacity
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.logcheck import parse_log
+from vllm_fleet.logcheck import check_log, parse_log
 from vllm_fleet.sizes import parse_size
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -169,6 +169,28 @@ def test_real_log_v0_20_1_with_mtp3_matches_the_group_aware_formula() -> None:
     }
     assert lines[423] == real
     assert lines[422] != real and lines[424] != real
+
+
+def test_real_log_qwen3_235b_tp4_is_within_the_check_tolerance() -> None:
+    # vllm#21348: 4 x H100, TP 4, 'Available KV cache memory: 8.11 GiB', 178,880 tokens. That memory line is
+    # one worker's and the engine takes the minimum over workers, so the planner (fed that worker's memory)
+    # lands near, not on, the log: 180,928 tokens, 1.1% above, inside logcheck's default 2% tolerance.
+    plan = plan_capacity(
+        model("qwen3-235b-a22b"),
+        tensor_parallel_size=4,
+        kv_cache_dtype="auto",
+        max_model_len=40_960,
+        kv_bytes_per_gpu=parse_size("8.11GiB"),
+        vllm_version="0.9.2",
+    )
+    assert plan.kv_bytes_per_token_per_gpu == 94 * 2 * 1 * 128 * 2
+    text = (
+        FIXTURES / "vllm-logs" / "log-v0.9.2ish-stripped-prefix-qwen3-235b-fp8-tp4-vllm-21348.txt"
+    ).read_text()
+    rep = parse_log(text.split("# ---- verbatim below ----\n", 1)[1])
+    checks = check_log(rep, {"kv_cache_tokens": plan.gpu_kv_tokens})
+    assert checks[0].ok, checks[0].detail
+    assert plan.gpu_kv_tokens == 180_928 and rep.kv_cache_tokens == 178_880
 
 
 def test_qwen3_14b_figures_of_design() -> None:
