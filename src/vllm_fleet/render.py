@@ -106,6 +106,7 @@ def instance_view(instance: Any) -> dict[str, Any]:
         "cuda_visible_devices": _get(instance, "cuda_visible_devices"),
         "numa_mode": str(binding.get("mode") or "none"),
         "numa_nodes": [int(n) for n in binding.get("nodes") or []],
+        "membind_nodes": [int(n) for n in binding.get("membind_nodes") or []],
         "numa_node": _get(instance, "numa_node"),
         "disable_custom_all_reduce": bool(_get(instance, "disable_custom_all_reduce", False)),
         "env": {str(k): str(v) for k, v in (_get(instance, "env") or {}).items()},
@@ -170,7 +171,7 @@ def render_instance(
     _serve_flags(spec, view, release, argv, model_config or {}, warnings)
     # the rendered words are checked too: values (dtypes, methods, parsers, JSON keys) come from variables
     for words, label in (
-        (argv.words[3:], "rendered argv"),
+        (argv.words[3:], validation.RENDERED),
         (list(spec.extra_args), "vllm_service_extra_args"),
     ):
         check_errors, check_warnings = validation.check_args(words, release, label)
@@ -229,7 +230,9 @@ def _numa_wrapper(spec: ServeSpec, view: dict[str, Any], release: flagcat.Releas
             )
             return []
         node_list = ",".join(str(n) for n in sorted(set(nodes)))
-        return [spec.numactl_path, f"--cpunodebind={node_list}", f"--membind={node_list}"]
+        # a node without memory of its own (CPU-only NUMA node) gets its memory from the nearest one
+        mem_list = ",".join(str(n) for n in sorted(set(view["membind_nodes"] or nodes)))
+        return [spec.numactl_path, f"--cpunodebind={node_list}", f"--membind={mem_list}"]
     if mode == "vllm":
         if not release.has("--numa-bind"):
             argv.errors.append(

@@ -274,7 +274,9 @@ class _Reader:
             return ()
         if isinstance(value, str):
             return (value,)
-        if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        if value == []:
+            return ()
+        if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
             return tuple(value)
         raise self._fail(name, value, "a name or a list of names")
 

@@ -56,6 +56,7 @@ KNOWN_MISTAKES = {
         "--enable-reasoning was removed in vLLM 0.10.0; setting vllm_service_reasoning_parser is enough"
     ),
 }
+RENDERED = "rendered argv"  # check_args label for words the renderer produced from vllm_service_* variables
 PARSER_PLUGINS = {
     "--tool-call-parser": "--tool-parser-plugin",
     "--reasoning-parser": "--reasoning-parser-plugin",
@@ -89,6 +90,8 @@ def check_args(words: list[str], release: flagcat.Release, variable: str) -> tup
         info = release.lookup(name)
         if info is None:
             errors.append(f"{variable}: {word} {unknown_flag_reason(base, release)}")
+            while i < len(words) and not _looks_like_option(words[i]):
+                i += 1  # its value(s): one error per unknown flag is enough
             continue
         values: list[str] = []
         if "=" in word:
@@ -109,7 +112,8 @@ def check_args(words: list[str], release: flagcat.Release, variable: str) -> tup
             continue
         if "." in name or not values:
             continue
-        e, w = check_value(info.option, values, release, _variable_for(info.option, variable), present)
+        label = _variable_for(info.option, variable) if variable == RENDERED else variable
+        e, w = check_value(info.option, values, release, label, present)
         errors += e
         warnings += w
     return errors, warnings
@@ -583,6 +587,8 @@ def _capacity_rules(
                 "closer figure)"
             )
     for note in plan.warnings:
+        if spec.rope_scaling and "YaRN" in note:
+            continue  # the YaRN rule above has checked the scaling the spec sets
         warnings.append(f"capacity: {note}")
 
 
