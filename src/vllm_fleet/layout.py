@@ -478,6 +478,12 @@ def plan_layout(
         heads, kv_heads = model_heads(model_config)
         num_attention_heads = num_attention_heads if num_attention_heads is not None else heads
         num_key_value_heads = num_key_value_heads if num_key_value_heads is not None else kv_heads
+    if not topology.complete:
+        raise FleetInputError(
+            f"topology: rows {', '.join(topology.missing_rows)} of the topo -m matrix are missing (a "
+            "truncated paste?), so the links between those GPUs are unknown; give the whole "
+            "`nvidia-smi topo -m` output"
+        )
     port = _positive_int(base_port, "base_port")
     if port > 65535:
         raise FleetInputError(f"base_port: {port} is above 65535; give a free TCP port such as 8000")

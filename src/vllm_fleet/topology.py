@@ -537,7 +537,10 @@ def parse_query_gpu_csv(
     lines = [line.strip() for line in _lines(text)]
     names: list[str] | None = None
     body: list[str] = []
+    header_seen = False
     for line in lines:
+        if header_seen and "," not in line:
+            break  # the CSV block after a header ends at the first other line
         if "," not in line or line.startswith("#"):
             continue
         cells = [c.strip() for c in line.split(",")]
@@ -547,7 +550,7 @@ def parse_query_gpu_csv(
             and all(re.fullmatch(r"[a-z_]+(?:\.[a-z_]+)*", h) for h in header)
             and ("index" in header or "pci.bus_id" in header or "name" in header)
         ):
-            names = header
+            names, header_seen, body = header, True, []
             continue
         body.append(line)
     if names is None:
@@ -560,10 +563,6 @@ def parse_query_gpu_csv(
             f"{source}: no CSV rows found (the text starts with {_first_words(text)!r}); capture it with "
             f"`{RECORDED_COMMANDS['query-gpu.csv']}`"
         )
-    if "index" not in names:
-        raise FleetInputError(
-            f"{source}: the field list {names} lacks 'index'; query it with --query-gpu=index,..."
-        )
     rows: list[GpuQueryRow] = []
     for line in body:
         cells = [c.strip() for c in line.split(",")]
@@ -572,12 +571,13 @@ def parse_query_gpu_csv(
             if re.match(r"^\d+\s*,", line):
                 raise FleetInputError(
                     f"{source}: row {line!r} has {len(cells)} fields but the field list {names} has "
-                    f"{len(names)}: "
-                    "captured with a different --query-gpu list? pass the matching header (omit noheader)"
+                    f"{len(names)}: captured with a different --query-gpu list? pass the matching header "
+                    "(omit noheader)"
                 )
             continue
         values = dict(zip(names, cells, strict=True))
-        kwargs: dict[str, Any] = {"extra": {}}
+        # nvidia-smi prints GPUs in index order, so a query without `index` still numbers them.
+        kwargs: dict[str, Any] = {"extra": {}, "index": len(rows)}
         for name, value in values.items():
             attr = _QUERY_ATTRS.get(name)
             if attr is None:
@@ -871,6 +871,12 @@ class Topology:
     cpu_model: str | None = None
     hypervisor: str | None = None
     warnings: list[str] = field(default_factory=list)
+    missing_rows: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """False when the topo -m matrix lost GPU rows (links between some GPUs unknown)."""
+        return not any(r.startswith("GPU") for r in self.missing_rows)
 
     @property
     def numa_known(self) -> bool:
@@ -914,6 +920,8 @@ class Topology:
             "cpu_count": self.cpu_count,
             "cpu_model": self.cpu_model,
             "hypervisor": self.hypervisor,
+            "complete": self.complete,
+            "missing_rows": self.missing_rows,
             "warnings": self.warnings,
         }
 
@@ -963,6 +971,7 @@ class Topology:
             cpu_model=data.get("cpu_model"),
             hypervisor=data.get("hypervisor"),
             warnings=list(data.get("warnings") or []),
+            missing_rows=list(data.get("missing_rows") or []),
         )
 
 
@@ -1045,22 +1054,30 @@ def build_topology(
     sysfs_numa: str | None = None,
     sysfs_numa_nodes: Mapping[str, Any] | None = None,
     query_gpu_fields: Iterable[str] | None = None,
+    allow_incomplete: bool = False,
 ) -> Topology:
     """Merge raw outputs into one Topology. Any may be None; no GPU input at all means a host without GPUs.
 
     `p2p` is `topo -p2p r` (or `rw`), `p2p_write` is `topo -p2p w`; `sysfs_numa` is raw text (see
-    `parse_sysfs_numa`), `sysfs_numa_nodes` the same as a {bus id: "-1"} mapping.
+    `parse_sysfs_numa`), `sysfs_numa_nodes` the same as a {bus id: "-1"} mapping. A topo -m matrix with
+    missing GPU rows (a truncated paste) is refused unless `allow_incomplete`; then `Topology.complete` is
+    False and `plan_layout` refuses it.
     """
     warnings: list[str] = []
     matrix = parse_topo_matrix(topo_m, source="topo -m") if topo_m is not None else None
     if matrix is not None:
-        if not matrix.complete:
+        if not matrix.complete and not allow_incomplete:
             raise FleetInputError(
                 f"topo -m: the matrix is truncated: rows {', '.join(matrix.missing_rows)} are missing, so "
-                "the links "
-                "between those GPUs are unknown; paste the whole `nvidia-smi topo -m` output"
+                "the links between those GPUs are unknown; paste the whole `nvidia-smi topo -m` output"
             )
         warnings.extend(f"topo -m: {w}" for w in matrix.warnings)
+        if p2p is None:
+            # A pasted report often carries the P2P matrix right under topo -m (club-3090 rig reports).
+            try:
+                p2p = _p2p_text_inside(topo_m)
+            except FleetInputError:
+                p2p = None
     rows = parse_query_gpu_csv(query_gpu, fields=query_gpu_fields, source="query-gpu") if query_gpu else []
     count = len(matrix.gpus) if matrix is not None else len(rows)
     if matrix is not None and rows and len(rows) != count:
@@ -1121,7 +1138,7 @@ def build_topology(
     return Topology(
         gpus=gpus,
         links=matrix.links if matrix is not None else [],
-        nics=[matrix.nic_names.get(n, n) for n in matrix.nics] if matrix is not None else [],
+        nics=list(matrix.nics) if matrix is not None else [],
         nic_names=matrix.nic_names if matrix is not None else {},
         nic_links=matrix.nic_links if matrix is not None else [],
         p2p_read=p2p_read,
@@ -1133,7 +1150,14 @@ def build_topology(
         cpu_model=cpu_info.model_name if cpu_info else None,
         hypervisor=cpu_info.hypervisor if cpu_info else None,
         warnings=warnings,
+        missing_rows=list(matrix.missing_rows) if matrix is not None else [],
     )
+
+
+def _p2p_text_inside(text: str) -> str | None:
+    """The text itself when it also holds a `topo -p2p` matrix, else None."""
+    parse_p2p_matrix(text)
+    return text
 
 
 def read_recorded_dir(path: str | Path) -> dict[str, str]:
@@ -1159,7 +1183,7 @@ def read_recorded_dir(path: str | Path) -> dict[str, str]:
     return texts
 
 
-def build_topology_from_texts(texts: Mapping[str, str]) -> Topology:
+def build_topology_from_texts(texts: Mapping[str, str], *, allow_incomplete: bool = False) -> Topology:
     """`build_topology` over raw outputs keyed like `RECORDED_FILES` (`topo_m`, `p2p_read`, ...)."""
     unknown = sorted(set(texts) - set(RECORDED_FILES))
     if unknown:
@@ -1172,6 +1196,7 @@ def build_topology_from_texts(texts: Mapping[str, str]) -> Topology:
         lscpu=texts.get("lscpu"),
         query_gpu=texts.get("query_gpu"),
         sysfs_numa=texts.get("sysfs_numa"),
+        allow_incomplete=allow_incomplete,
     )
 
 

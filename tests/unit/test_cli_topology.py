@@ -102,3 +102,25 @@ def test_bad_input_exits_2_naming_it(args: list[str | Path], message: str) -> No
     result = run(*args)
     assert result.returncode == 2, result.stdout
     assert result.stderr.startswith("vllm-fleet topology: error:") and message in result.stderr
+
+
+def test_truncated_paste_is_reported_not_planned() -> None:
+    result = run("--topo-m", TOPO / "topo-16xV100-dgx2-nv6-mlx5-columns-cpu-affinity-only-nccl-tests-78-TRUNCATED.txt",
+                 "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "warning: not planned: topo -m rows GPU5" in result.stderr
+    data = json.loads(result.stdout)
+    assert data["complete"] is False and len(data["gpus"]) == 16 and len(data["nics"]) == 10
+    assert data["links"][0][1:5] == ["NV6"] * 4 and data["links"][6][7] is None
+    assert data["gpus"][0]["cpus"] == list(range(24)) + list(range(48, 72))
+    assert data["layout"] == [] and data["layout_warnings"][0].startswith("not planned")
+
+
+def test_pasted_report_with_topo_and_p2p_blocks() -> None:
+    result = run("--topo-m", TOPO / "topo-2gpu-node-indented-wrapped-club3090-1125.txt", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["links"] == [["X", "NODE"], ["NODE", "X"]] and data["p2p"] == [["X", "NS"], ["NS", "X"]]
+    (instance,) = data["layout"]
+    assert instance["disable_custom_all_reduce"] is True and instance["env"]["NCCL_P2P_DISABLE"] == "1"
+    assert instance["numa_binding"] == {"mode": "numactl", "nodes": [0]}

@@ -265,3 +265,10 @@ def test_heads_from_the_model_config() -> None:
         plan_layout(topo_of(L40S), 3, model_config=llama)
     with pytest.raises(FleetInputError, match="num_key_value_heads is '8'"):
         model_heads({**llama, "num_key_value_heads": "8"})
+
+
+def test_truncated_matrix_is_not_planned() -> None:
+    v100 = fixture("topo-16xV100-dgx2-nv6-mlx5-columns-cpu-affinity-only-nccl-tests-78-TRUNCATED.txt")
+    topo = build_topology(topo_m=v100, allow_incomplete=True)
+    with pytest.raises(FleetInputError, match=r"rows GPU5, GPU6, .* are missing"):
+        plan_layout(topo, 8)

@@ -86,6 +86,10 @@ def test_v100_dgx2_truncated_oldest_format() -> None:
     assert m.links[5][6] is None and m.links[5][0] == "NV6"  # known by symmetry from GPU0's row
     with pytest.raises(FleetInputError, match=r"truncated.*GPU5"):
         build_topology(topo_m=body(V100))
+    partial = build_topology(topo_m=body(V100), allow_incomplete=True)
+    assert not partial.complete and len(partial.gpus) == 16 and len(partial.nics) == 10
+    assert partial.gpus[3].cpus == list(range(24)) + list(range(48, 72)) and partial.gpus[4].cpus == []
+    assert partial.to_dict()["complete"] is False
 
 
 def test_one_5090_two_nics_tabs() -> None:
@@ -106,6 +110,9 @@ def test_mangled_indented_paste_holds_topo_and_p2p() -> None:
     assert m.cpu_affinity == ["0-15", "0-15"] and m.numa_affinity == [0, 0]
     p2p = parse_p2p_matrix(text)
     assert p2p.status == [["X", "NS"], ["NS", "X"]]
+    # Given as topo -m alone, the paste's P2P block is used too.
+    assert build_topology(topo_m=text).p2p_matrix() == [["X", "NS"], ["NS", "X"]]
+    assert build_topology(topo_m=body(FOUR_GPU)).p2p_matrix() is None
 
 
 @pytest.mark.parametrize(("name", "cpus"), [(TWO_3090, "0-31"), (TWO_5090, "0-63")])
@@ -139,7 +146,7 @@ def test_l40s_dual_socket_with_nic_legend() -> None:
     assert m.nic_links == [["SYS", "SYS"], ["SYS", "SYS"], ["NODE", "NODE"], ["NODE", "NODE"]]
     assert m.nic_names == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
     topo = build_topology(topo_m=body(L40S))
-    assert topo.nics == ["mlx5_0", "mlx5_1"]
+    assert topo.nics == ["NIC0", "NIC1"] and topo.nic_names == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
     assert len(topo.gpus[3].cpus) == 192
 
 
@@ -284,6 +291,13 @@ def test_query_gpu_noheader_with_explicit_fields() -> None:
     assert rows[1].memory_total_mib == 143771
     with pytest.raises(FleetInputError, match=r"5 fields but the field list"):
         parse_query_gpu_csv("\n".join(lines))  # default field list has 9 fields
+
+
+def test_query_gpu_without_index_field_numbers_rows_in_order() -> None:
+    lines = raw(H200 / "nvsmi-query.txt").splitlines()
+    no_index = "\n".join(line.split(", ", 1)[1] for line in lines[1:4])  # header + 2 rows minus `index`
+    rows = parse_query_gpu_csv("Output below:\n" + no_index + "\nthat's all, folks\n")
+    assert [(r.index, r.bus_id) for r in rows] == [(0, "0000:00:06.0"), (1, "0000:00:07.0")]
 
 
 def test_query_gpu_fresh_capture_has_current_and_max_pcie() -> None:

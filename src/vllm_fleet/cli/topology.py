@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.layout import format_probe_report, plan_layout
+from vllm_fleet.layout import Layout, format_probe_report, plan_layout
 from vllm_fleet.topology import RECORDED_FILES, build_topology_from_texts, read_recorded_dir
 from vllm_fleet.vllm_install import parse_model_config
 
@@ -66,28 +67,37 @@ def run(args: argparse.Namespace) -> int:
         raise FleetInputError(
             "give --topo-m FILE (the output of `nvidia-smi topo -m`) or --recorded DIR; see --help"
         )
-    topology = build_topology_from_texts(texts)
+    topology = build_topology_from_texts(texts, allow_incomplete=True)
     config = (
         parse_model_config(read_input_file(args.model_config, "--model-config"), "--model-config")
         if args.model_config
         else None
     )
-    layout = plan_layout(
-        topology,
-        args.tensor_parallel_size,
-        num_attention_heads=args.num_attention_heads,
-        num_key_value_heads=args.num_key_value_heads,
-        model_config=config,
-        vllm_version=args.vllm_version,
-        base_port=args.base_port,
-    )
+    if not topology.complete:
+        # Report what a truncated paste holds, but plan nothing from it.
+        why = (
+            f"not planned: topo -m rows {', '.join(topology.missing_rows)} are missing (truncated paste?); "
+            "give the whole `nvidia-smi topo -m` output"
+        )
+        print(f"vllm-fleet topology: warning: {why}", file=sys.stderr)
+        layout = Layout(instances=[], tensor_parallel_size=0, warnings=[why])
+    else:
+        layout = plan_layout(
+            topology,
+            args.tensor_parallel_size,
+            num_attention_heads=args.num_attention_heads,
+            num_key_value_heads=args.num_key_value_heads,
+            model_config=config,
+            vllm_version=args.vllm_version,
+            base_port=args.base_port,
+        )
     plan = layout.to_dict()
     result = {
         **topology.to_dict(),
         "layout": plan["instances"],
         "tensor_parallel_size": plan["tensor_parallel_size"],
         "idle_gpus": plan["idle_gpus"],
-        "cpu_only": plan["cpu_only"],
+        "cpu_only": plan["cpu_only"] and not topology.gpus,
         "layout_reasons": plan["reasons"],
         "layout_warnings": plan["warnings"],
     }
