@@ -105,8 +105,8 @@ def test_bad_input_exits_2_naming_it(args: list[str | Path], message: str) -> No
 
 
 def test_truncated_paste_is_reported_not_planned() -> None:
-    result = run("--topo-m", TOPO / "topo-16xV100-dgx2-nv6-mlx5-columns-cpu-affinity-only-nccl-tests-78-TRUNCATED.txt",
-                 "--json")  # fmt: skip
+    v100 = TOPO / "topo-16xV100-dgx2-nv6-mlx5-columns-cpu-affinity-only-nccl-tests-78-TRUNCATED.txt"
+    result = run("--topo-m", v100, "--json")
     assert result.returncode == 0, result.stderr
     assert "warning: not planned: topo -m rows GPU5" in result.stderr
     data = json.loads(result.stdout)
