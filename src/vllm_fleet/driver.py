@@ -37,6 +37,7 @@ SMI_QUERY_FIELDS = (
 )
 
 REBOOT_POLICIES = ("auto", "never", "always")
+_BOOL_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 DRIVER_MODES = ("detect", "install")
 
 # NVIDIA's CUDA repository directory names per distribution, and per machine architecture.
@@ -61,7 +62,7 @@ CUDA_MIN_DRIVER = {
 # Packages of the driver stack that a hold must cover so that no upgrade swaps the user-space libraries under
 # a loaded kernel module (the cause of most "Driver/library version mismatch" reports).
 _DRIVER_PACKAGE_RE = re.compile(
-    r"^(nvidia-|libnvidia-|cuda-drivers|xserver-xorg-video-nvidia|libxnvctrl|cuda-compat-)"
+    r"^(nvidia-|libnvidia-|cuda-drivers|xserver-xorg-video-nvidia)"
 )
 
 
@@ -285,6 +286,9 @@ class DriverPin:
                     f"nvidia_driver_branch={branch_s!r}; set nvidia_driver_branch to "
                     f"{version_s.split('.')[0]!r} or pick a {branch_s}.x version"
                 )
+        if isinstance(open_kernel_modules, str) and open_kernel_modules.lower() in _BOOL_WORDS:
+            # `-e var=false` arrives as a string
+            open_kernel_modules = _BOOL_WORDS[open_kernel_modules.lower()]
         if not isinstance(open_kernel_modules, bool):
             raise FleetInputError(
                 f"nvidia_driver_open_kernel_modules: {open_kernel_modules!r} is not a boolean; "

@@ -95,7 +95,12 @@ def test_dpkg_query_reads_holds_and_versions() -> None:
     assert not driver.cuda_toolkit_installed(packages, "12.8")
     # its driver comes from a read-only mount, not from dpkg
     assert driver.installed_driver_version(packages) is None
-    assert driver.packages_to_hold(packages) == ["cuda-compat-13-0"]
+    assert driver.packages_to_hold(packages) == []
+    dpkg = "nvidia-dkms-580-open\t580.159.04-1ubuntu1\tii \nlibnvidia-compute-580\t580.159.04-1ubuntu1\thi \n"
+    assert driver.packages_to_hold(driver.parse_dpkg_query(dpkg + text)) == [
+        "libnvidia-compute-580",
+        "nvidia-dkms-580-open",
+    ]
 
 
 def test_working_driver_that_satisfies_the_pin_is_ok_and_changes_nothing() -> None:
@@ -292,3 +297,15 @@ def test_openpgp_fingerprint_matches_gpg_on_a_real_key() -> None:
     assert driver.check_key_fingerprint(key.read_text(), expected[0][-16:], str(key)) == expected[0]
     with pytest.raises(FleetInputError, match="if NVIDIA rotated its key"):
         driver.check_key_fingerprint(key.read_text(), "EB693B3035CD5710E231E123A4B469963BF863CC", str(key))
+
+
+def test_the_role_run_on_the_real_h200_machine() -> None:
+    """The record the role itself wrote on the real 2 x H200 machine (playbooks/driver-detect.yml, -c local):
+    the stored probe, re-assessed here, gives the stored assessment."""
+    import json
+
+    record = json.loads((FIX / "h200x2-detect-record.json").read_text())
+    again = driver.assess_driver(record["probe"], PIN_580, expected_gpu_count=2).to_dict()
+    assert again == record["assessment"]
+    assert again["status"] == "ok" and again["loaded_module"] == {"version": "580.159.04", "open": True}
+    assert [g["bus_id"] for g in again["gpus"]] == ["00000000:00:06.0", "00000000:00:07.0"]

@@ -3,6 +3,11 @@
 # command; vllm_fleet.driver parses it on the controller. Changes nothing; needs no network.
 section() {
   name=$1; shift
+  if ! command -v "$1" >/dev/null 2>&1; then
+    # the shell's own message would carry this script's temporary path and change every run
+    printf '=== %s rc=127\n%s: command not found\n' "$name" "$1"
+    return
+  fi
   out=$("$@" 2>&1); rc=$?
   printf '=== %s rc=%s\n%s\n' "$name" "$rc" "$out"
 }
