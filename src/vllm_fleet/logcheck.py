@@ -26,6 +26,7 @@ by a terminal. Messages are matched by their text anywhere in the line, never by
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -580,8 +581,19 @@ _EXPECTATION_KEYS = (
 )
 
 
-def _missing(name: str, expected: Any, what: str) -> Check:
-    return Check(name, False, expected, None, None, f"the log has no line that shows {what}")
+def _compare(
+    name: str,
+    expected: Any,
+    seen: Any,
+    line: str | None,
+    what: str,
+    verdict: Callable[[Any], tuple[bool, str]],
+) -> Check:
+    """One check: failed with 'no line shows ...' when the log is silent, else `verdict(seen)`."""
+    if seen is None:
+        return Check(name, False, expected, None, None, f"the log has no line that shows {what}")
+    ok, detail = verdict(seen)
+    return Check(name, ok, expected, seen, line, detail)
 
 
 def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
@@ -601,146 +613,133 @@ def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
     ev = report.evidence
 
     if "kv_cache_tokens" in expectations:
-        expected = int(expectations["kv_cache_tokens"])
-        seen = report.kv_cache_tokens
-        if seen is None and report.gpu_blocks is not None:
+        tokens = int(expectations["kv_cache_tokens"])
+        if report.kv_cache_tokens is None and report.gpu_blocks is not None:
             checks.append(
                 Check(
                     "kv_cache_tokens",
                     False,
-                    expected,
+                    tokens,
                     None,
                     ev.get("gpu_blocks"),
                     "this vLLM prints blocks, not tokens; compare gpu_blocks × block_size",
                 )
             )
-        elif seen is None:
-            checks.append(_missing("kv_cache_tokens", expected, "the KV cache size"))
         else:
-            off = abs(seen - expected) / expected if expected else float(seen != 0)
+
+            def tokens_verdict(seen: int) -> tuple[bool, str]:
+                off = abs(seen - tokens) / tokens if tokens else float(seen != 0)
+                return off <= tolerance, (
+                    f"{seen:,} tokens vs planned {tokens:,} ({off:.2%} off, tolerance {tolerance:.0%})"
+                )
+
             checks.append(
-                Check(
+                _compare(
                     "kv_cache_tokens",
-                    off <= tolerance,
-                    expected,
-                    seen,
+                    tokens,
+                    report.kv_cache_tokens,
                     ev.get("kv_cache_tokens"),
-                    f"{seen:,} tokens vs planned {expected:,} ({off:.2%} off, tolerance {tolerance:.0%})",
+                    "the KV cache size",
+                    tokens_verdict,
                 )
             )
     if "max_concurrency" in expectations:
-        expected_x = float(expectations["max_concurrency"])
-        seen_x = report.max_concurrency
-        if seen_x is None:
-            checks.append(_missing("max_concurrency", expected_x, "the maximum concurrency"))
-        else:
-            allowed = max(0.01, tolerance * expected_x)
-            checks.append(
-                Check(
-                    "max_concurrency",
-                    abs(seen_x - expected_x) <= allowed + 1e-9,
-                    expected_x,
-                    seen_x,
-                    ev.get("max_concurrency"),
-                    f"{seen_x:.2f}x vs planned {expected_x:.2f}x (allowed ±{allowed:.2f})",
-                )
+        times = float(expectations["max_concurrency"])
+        allowed = max(0.01, tolerance * times)
+        checks.append(
+            _compare(
+                "max_concurrency",
+                times,
+                report.max_concurrency,
+                ev.get("max_concurrency"),
+                "the maximum concurrency",
+                lambda seen: (
+                    abs(seen - times) <= allowed + 1e-9,
+                    f"{seen:.2f}x vs planned {times:.2f}x (allowed ±{allowed:.2f})",
+                ),
             )
+        )
     if "max_model_len" in expectations:
-        expected_len = int(expectations["max_model_len"])
-        seen_len = report.concurrency_max_model_len or report.max_model_len
-        line = ev.get("concurrency_max_model_len") or ev.get("max_model_len")
-        if seen_len is None:
-            checks.append(_missing("max_model_len", expected_len, "the max model length"))
-        else:
-            checks.append(
-                Check(
-                    "max_model_len",
-                    seen_len == expected_len,
-                    expected_len,
-                    seen_len,
-                    line,
-                    f"vLLM runs with max_model_len {seen_len:,} (planned {expected_len:,})",
-                )
+        length = int(expectations["max_model_len"])
+        checks.append(
+            _compare(
+                "max_model_len",
+                length,
+                report.concurrency_max_model_len or report.max_model_len,
+                ev.get("concurrency_max_model_len") or ev.get("max_model_len"),
+                "the max model length",
+                lambda seen: (seen == length, f"vLLM runs with max_model_len {seen:,} (planned {length:,})"),
             )
+        )
     if "kv_cache_dtype" in expectations:
-        expected_d = str(expectations["kv_cache_dtype"])
-        seen_d = report.kv_cache_dtype
-        if seen_d is None:
-            checks.append(_missing("kv_cache_dtype", expected_d, "the kv-cache dtype in effect"))
-        else:
-            same = canonical_kv_dtype(seen_d) == canonical_kv_dtype(expected_d)
-            checks.append(
-                Check(
-                    "kv_cache_dtype",
-                    same,
-                    expected_d,
-                    seen_d,
-                    ev.get("kv_cache_dtype"),
-                    f"kv cache stored as {seen_d} (planned {expected_d}; fp8 = fp8_e4m3 on CUDA)",
-                )
+        dtype = str(expectations["kv_cache_dtype"])
+        checks.append(
+            _compare(
+                "kv_cache_dtype",
+                dtype,
+                report.kv_cache_dtype,
+                ev.get("kv_cache_dtype"),
+                "the kv-cache dtype in effect",
+                lambda seen: (
+                    canonical_kv_dtype(seen) == canonical_kv_dtype(dtype),
+                    f"kv cache stored as {seen} (planned {dtype}; fp8 = fp8_e4m3 on CUDA)",
+                ),
             )
+        )
     if "attention_backend" in expectations:
-        expected_b = canonical_backend(str(expectations["attention_backend"]))
-        seen_b = report.attention_backend
-        if seen_b is None:
-            checks.append(_missing("attention_backend", expected_b, "the attention backend"))
-        else:
-            checks.append(
-                Check(
-                    "attention_backend",
-                    seen_b == expected_b,
-                    expected_b,
-                    seen_b,
-                    ev.get("attention_backend"),
-                    f"attention backend {seen_b} (planned {expected_b})",
-                )
+        backend = canonical_backend(str(expectations["attention_backend"]))
+        checks.append(
+            _compare(
+                "attention_backend",
+                backend,
+                report.attention_backend,
+                ev.get("attention_backend"),
+                "the attention backend",
+                lambda seen: (seen == backend, f"attention backend {seen} (planned {backend})"),
             )
+        )
     if "custom_all_reduce_disabled" in expectations:
-        expected_c = bool(expectations["custom_all_reduce_disabled"])
-        seen_c = report.custom_all_reduce_disabled
-        if seen_c is None:
-            checks.append(_missing("custom_all_reduce_disabled", expected_c, "the custom all-reduce state"))
-        else:
-            reason = report.custom_all_reduce_disabled_reason
-            checks.append(
-                Check(
-                    "custom_all_reduce_disabled",
-                    seen_c == expected_c,
-                    expected_c,
-                    seen_c,
-                    ev.get("custom_all_reduce_disabled"),
-                    f"custom all-reduce {'disabled' if seen_c else 'enabled'}"
+        disabled = bool(expectations["custom_all_reduce_disabled"])
+        reason = report.custom_all_reduce_disabled_reason
+        checks.append(
+            _compare(
+                "custom_all_reduce_disabled",
+                disabled,
+                report.custom_all_reduce_disabled,
+                ev.get("custom_all_reduce_disabled"),
+                "the custom all-reduce state",
+                lambda seen: (
+                    seen == disabled,
+                    f"custom all-reduce {'disabled' if seen else 'enabled'}"
                     + (f" ({reason})" if reason else ""),
-                )
+                ),
             )
+        )
     if "numa_nodes" in expectations:
-        expected_n = sorted(int(n) for n in expectations["numa_nodes"])
-        seen_n = report.numa_nodes
-        if not seen_n:
+        nodes = sorted(int(n) for n in expectations["numa_nodes"])
+        if not report.numa_nodes:
             detail = "no 'Binding ... to NUMA node' line"
             if report.numa_auto_binding_skipped:
                 detail += f"; vLLM says: {report.numa_auto_binding_skipped}"
-            checks.append(
-                Check("numa_nodes", False, expected_n, [], ev.get("numa_auto_binding_skipped"), detail)
-            )
+            checks.append(Check("numa_nodes", False, nodes, [], ev.get("numa_auto_binding_skipped"), detail))
         else:
             checks.append(
                 Check(
                     "numa_nodes",
-                    seen_n == expected_n,
-                    expected_n,
-                    seen_n,
+                    report.numa_nodes == nodes,
+                    nodes,
+                    report.numa_nodes,
                     ev.get("numa_nodes"),
-                    f"vLLM bound its processes to NUMA node(s) {seen_n} (planned {expected_n})",
+                    f"vLLM bound its processes to NUMA node(s) {report.numa_nodes} (planned {nodes})",
                 )
             )
     if "ready" in expectations:
-        expected_r = bool(expectations["ready"])
+        ready = bool(expectations["ready"])
         checks.append(
             Check(
                 "ready",
-                report.ready == expected_r,
-                expected_r,
+                report.ready == ready,
+                ready,
                 report.ready,
                 ev.get("ready"),
                 "the server announced it is ready" if report.ready else "no readiness line",
