@@ -180,6 +180,9 @@ def _handle(args: argparse.Namespace) -> int:
         )
         status, rc = runner.status, runner.rc
     finished = time.time()
+    if args.events:
+        with open(args.events, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(e, default=str) + "\n" for e in events)
     digest = rollout.digest_events(events)
     summary = finish_summary(run_dir, digest, started, finished)
     summary["run_id"] = run_id
@@ -223,5 +226,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=int, default=0, help="stop the playbook after this many seconds")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="ansible verbosity")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--events", default="", help="also save ansible-runner's events here (JSON lines)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)
