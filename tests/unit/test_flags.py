@@ -9,8 +9,19 @@ import pytest
 from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
 
-REQUIRED = ["0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.11.1", "0.14.0", "0.19.0", "0.20.0", "0.25.0", "0.30.0",
-            "0.33.0"]
+REQUIRED = [
+    "0.8.5",
+    "0.9.2",
+    "0.10.2",
+    "0.11.0",
+    "0.11.1",
+    "0.14.0",
+    "0.19.0",
+    "0.20.0",
+    "0.25.0",
+    "0.30.0",
+    "0.33.0",
+]
 
 
 def test_catalog_covers_the_required_releases():
@@ -83,7 +94,11 @@ def test_speculative_methods_and_keys():
 def test_cudagraph_modes_and_parsers():
     assert flags.release("0.9.2").value_set("cudagraph_mode") == []
     assert flags.release("0.10.2").value_set("cudagraph_mode") == [
-        "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE",
+        "NONE",
+        "PIECEWISE",
+        "FULL",
+        "FULL_DECODE_ONLY",
+        "FULL_AND_PIECEWISE",
     ]
     assert "qwen3" not in flags.release("0.8.5").value_set("reasoning_parser")
     assert "qwen3" in flags.release("0.9.2").value_set("reasoning_parser")
@@ -112,7 +127,7 @@ def test_version_resolution():
     assert flags.release("0.10.1.1").version == "0.9.2"
     with pytest.raises(FleetInputError, match=r"0\.7\.0.*not in the flag catalog"):
         flags.release("0.7.0")
-    with pytest.raises(FleetInputError, match="X.Y.Z"):
+    with pytest.raises(FleetInputError, match=r"X\.Y\.Z"):
         flags.release("latest")
 
 

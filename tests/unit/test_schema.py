@@ -1,4 +1,4 @@
-"""ServeSpec.from_vars: the vllm_service_* variables, typed, with errors that name the variable and the fix."""
+"""ServeSpec.from_vars: the vllm_service_* variables, typed; errors name the variable and the fix."""
 
 from __future__ import annotations
 
@@ -30,9 +30,13 @@ def test_seed_inventory_reads():
 
 def test_sizes_and_lengths_take_vllm_suffixes():
     spec = ServeSpec.from_vars(
-        {"vllm_service_model": "/m", "vllm_service_kv_cache_memory_bytes": "10G",
-         "vllm_service_kv_offload_cpu_bytes": "200GiB", "vllm_service_max_model_len": "32k",
-         "vllm_service_max_num_batched_tokens": "8K"}
+        {
+            "vllm_service_model": "/m",
+            "vllm_service_kv_cache_memory_bytes": "10G",
+            "vllm_service_kv_offload_cpu_bytes": "200GiB",
+            "vllm_service_max_model_len": "32k",
+            "vllm_service_max_num_batched_tokens": "8K",
+        }
     )
     assert spec.kv_cache_memory_bytes == 10 * 2**30
     assert spec.kv_offload_cpu_bytes == 200 * 2**30
@@ -45,13 +49,28 @@ def test_sizes_and_lengths_take_vllm_suffixes():
     [
         ({"vllm_service_model": ""}, r"vllm_service_model: not set"),
         ({"vllm_service_max_num_seqs": "many"}, r"vllm_service_max_num_seqs: 'many' is not an integer"),
-        ({"vllm_service_gpu_memory_utilization": 1.5}, r"vllm_service_gpu_memory_utilization: 1.5 is not between"),
-        ({"vllm_service_enable_prefix_caching": "maybe"}, r"vllm_service_enable_prefix_caching: 'maybe'.*true or false"),
-        ({"vllm_service_limit_mm_per_prompt": '{"image": 40}'}, r"vllm_service_limit_mm_per_prompt: .*not a mapping"),
-        ({"vllm_service_extra_args": "--dtype bfloat16"}, r"vllm_service_extra_args: .*one list item per argv word"),
+        (
+            {"vllm_service_gpu_memory_utilization": 1.5},
+            r"vllm_service_gpu_memory_utilization: 1.5 is not between",
+        ),
+        (
+            {"vllm_service_enable_prefix_caching": "maybe"},
+            r"vllm_service_enable_prefix_caching: 'maybe'.*true or false",
+        ),
+        (
+            {"vllm_service_limit_mm_per_prompt": '{"image": 40}'},
+            r"vllm_service_limit_mm_per_prompt: .*not a mapping",
+        ),
+        (
+            {"vllm_service_extra_args": "--dtype bfloat16"},
+            r"vllm_service_extra_args: .*one list item per argv word",
+        ),
         ({"vllm_service_port": 70000}, r"vllm_service_port: 70000 is not allowed: give at most 65535"),
         ({"vllm_service_kv_cache_memory_bytes": "10 parsecs"}, r"vllm_service_kv_cache_memory_bytes"),
-        ({"vllm_service_kv_offload_fs_tier": {"n_read_threads": 16}}, r"vllm_service_kv_offload_fs_tier: .*root_dir"),
+        (
+            {"vllm_service_kv_offload_fs_tier": {"n_read_threads": 16}},
+            r"vllm_service_kv_offload_fs_tier: .*root_dir",
+        ),
     ],
 )
 def test_bad_values_name_the_variable(overrides, pattern):
@@ -61,7 +80,10 @@ def test_bad_values_name_the_variable(overrides, pattern):
 
 
 def test_fs_tier_threads_at_the_top_level_are_refused_with_the_fix():
-    variables = {**seed_vars(), "vllm_service_kv_offload_extra_config": {"n_read_threads": 16, "n_write_threads": 4}}
+    variables = {
+        **seed_vars(),
+        "vllm_service_kv_offload_extra_config": {"n_read_threads": 16, "n_write_threads": 4},
+    }
     with pytest.raises(FleetInputError) as excinfo:
         ServeSpec.from_vars(variables)
     message = str(excinfo.value)
