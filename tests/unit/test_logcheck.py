@@ -346,6 +346,21 @@ def test_journald_ansi_and_interleaved_lines() -> None:
     assert rep.evidence["kv_cache_tokens"].startswith("INFO 11-29 12:00:02 [x.py:1] CPU KV cache size")
 
 
+@pytest.mark.parametrize("colour", [False, True])
+def test_version_from_the_logo_of_vllm_0_15_plus(colour: bool) -> None:
+    # The template of vLLM's log_version_and_model (entrypoints utils.py, via the code search), printed
+    # instead of 'vLLM server version X' unless VLLM_DISABLE_LOG_LOGO=1; coloured with a colour formatter.
+    w, o, b, r = ("\033[1m", "\033[93m", "\033[94m", "\033[0m") if colour else ("", "", "", "")
+    logo = (
+        "(APIServer pid=1) INFO 01-02 03:04:05 [utils.py:40] \n"
+        f"       {w}█     █     █▄   ▄█{r}\n"
+        f" {o}▄▄{r} {b}▄█{r} {w}█     █     █ ▀▄▀ █{r}  version {w}0.25.0{r}\n"
+        f"  {o}█{r}{b}▄█▀{r} {w}█     █     █     █{r}  model   {w}/models/qwen{r}\n"
+        f"   {b}▀▀{r}  {w}▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀{r}\n"
+    )
+    assert parse_log(logo).version == "0.25.0"
+
+
 @pytest.mark.parametrize(
     ("line", "backend"),
     [
