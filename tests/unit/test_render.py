@@ -6,7 +6,7 @@ import json
 import shlex
 
 import pytest
-from render_helpers import model_config, rtx4090_instance, seed_spec
+from test_render_support import model_config, rtx4090_instance, seed_spec
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.render import compact_json, render_instance, shell_quote, systemd_quote, systemd_quote_word

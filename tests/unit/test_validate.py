@@ -4,7 +4,7 @@ hardware (tests/fixtures/topology), model configs from real checkpoints (tests/f
 from __future__ import annotations
 
 import pytest
-from render_helpers import (
+from test_render_support import (
     FIXTURES,
     h200_instance,
     h200_topology,
@@ -257,7 +257,7 @@ def test_seed_command_reports_each_mistake_with_its_fix():
 
 
 def test_validate_whole_layout():
-    from render_helpers import rtx4090_topology
+    from test_render_support import rtx4090_topology
 
     from vllm_fleet.layout import plan_layout
 
