@@ -374,9 +374,11 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m output") -
     missing = [label for label in block.labels if label not in parsed]
     if missing:
         warnings.append(f"rows missing (truncated output?): {', '.join(missing)}")
-        # The last row before a cut may itself be cut mid-cell: its trailing cells cannot be trusted.
+        # When the text stops right after the matrix, its last row may itself be cut mid-cell (`0-23,4`):
+        # its trailing cells cannot be trusted.
         last = block.row_order[-1]
-        if affinity.get(last):
+        text_ends_here = not any(line.strip().strip("`") for line in lines[block.last_line + 1 :])
+        if text_ends_here and affinity.get(last):
             warnings.append(
                 f"row {last} is the last row of a truncated matrix: its affinity cells are ignored"
             )
