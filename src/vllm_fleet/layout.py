@@ -607,7 +607,8 @@ def format_probe_report(topology: Topology, layout: Layout) -> str:
     if topology.nics:
         out.append(f"NICs: {', '.join(topology.nics)}")
     matrix = topology.p2p_matrix()
-    out.append("")
+    if gpus:
+        out.append("")
     if matrix is not None:
         kinds = [m.kind or "read" for m in (topology.p2p_read, topology.p2p_write) if m is not None]
         out.append(f"P2P (nvidia-smi topo -p2p, {' + '.join(kinds)}; worst of them):")
@@ -650,6 +651,8 @@ def format_probe_report(topology: Topology, layout: Layout) -> str:
         nodes = instance.numa_binding.get("nodes") or []
         target = "CPU" if instance.device == "cpu" else f"GPUs {instance.cuda_visible_devices}"
         car = "off" if instance.disable_custom_all_reduce else "allowed"
+        if instance.device == "cpu":
+            car = "n/a"
         out.append(
             f"  {instance.name}: {target}  TP{instance.tensor_parallel_size}  port {instance.port}  "
             f"NUMA binding {binding}{' ' + str(nodes) if nodes else ''}  custom all-reduce {car}"
