@@ -135,7 +135,7 @@ def unknown_flag_reason(option: str, release: flagcat.Release) -> str:
     abbreviations = release.abbreviation_of(option)
     availability = flagcat.describe_availability(option)
     parts = [f"does not exist in vLLM {release.version} ({option} is {availability})"]
-    if abbreviations:
+    if abbreviations and not hint:
         parts.append(
             f"argparse would take it as an abbreviation of {', '.join(abbreviations)}; spell the full name"
         )
