@@ -320,6 +320,16 @@ def _binding(
         unknown = [g for g in gpus if topology.gpus[g].numa_node is None]
         source = topology.gpus[unknown[0]].numa_source
         reasons.append(f"NUMA binding: none. The NUMA node of {_gpu_list(unknown)} is {source}.")
+        if len(topology.numa_nodes) == 1:
+            reasons.append(
+                f"The host has a single NUMA node ({topology.numa_nodes[0].id}), so binding would change "
+                "nothing anyway."
+            )
+        elif len(topology.numa_nodes) > 1:
+            warnings.append(
+                f"{_gpu_list(unknown)}: NUMA node unknown on a host with {len(topology.numa_nodes)} NUMA "
+                "nodes: the instance runs unbound and may use memory far from its GPUs"
+            )
         return {"mode": "none", "nodes": []}, None, reasons, warnings
     distinct = sorted({n for n in nodes if n is not None})
     if len(distinct) == 1:

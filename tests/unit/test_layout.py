@@ -157,6 +157,7 @@ def test_h200x2_one_tp2_nvlink_p2p_ok_numa_unknown(source: str) -> None:
     assert instance.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1"}
     text = " ".join(instance.reasons)
     assert "sysfs numa_node is -1" in text and "custom all-reduce allowed (NVLink)" in text
+    assert "single NUMA node (0), so binding would change nothing" in text and not layout.warnings
     assert "P2P reads/writes are OK" in text
 
 
