@@ -273,3 +273,14 @@ def test_truncated_matrix_is_not_planned() -> None:
     topo = build_topology(topo_m=v100, allow_incomplete=True)
     with pytest.raises(FleetInputError, match=r"rows GPU5, GPU6, .* are missing"):
         plan_layout(topo, 8)
+
+
+def test_numa_unknown_on_a_multi_node_host_warns() -> None:
+    """The 4-GPU capture with its affinity columns cut away (as vllm#19607 prints blank cells) and a numactl
+    listing derived from the capture's own CPU affinity (0-27,56-83 / 28-55,84-111)."""
+    rows = [line.split("\t") for line in fixture(FOUR_GPU).splitlines()]
+    blank = "\n".join("\t".join(cells[:5]) for cells in rows)
+    numactl = "available: 2 nodes (0-1)\nnode 0 cpus: 0-27,56-83\nnode 1 cpus: 28-55,84-111\n"
+    layout = plan_layout(build_topology(topo_m=blank, numactl=numactl), 2)
+    assert all(i.numa_binding["mode"] == "none" for i in layout.instances)
+    assert any("NUMA node unknown on a host with 2 NUMA nodes" in w for w in layout.warnings)
