@@ -187,3 +187,15 @@ def test_artefact_names_follow_their_recipe():
     assert lab_build.rootfs_name().startswith("rootfs-bookworm-")
     assert lab_build.wheelhouse_name() != lab_build.wheelhouse_name(version="0.31.0")
     assert lab_build.model_name() == lab_build.model_name()
+
+
+def test_molecule_inventory_matches_its_lab_plan():
+    scenario = REPO / "molecule/default"
+    hosts = yaml.safe_load((scenario / "inventory/hosts.yml").read_text())["all"]["children"]["lab"]["hosts"]
+    platforms = yaml.safe_load((scenario / "molecule.yml").read_text())["platforms"]
+    assert [p["name"] for p in platforms] == list(hosts)
+    assert all("lab" in p["groups"] for p in platforms)
+    names = {v["vllm_fleet_lab_name"] for v in hosts.values()}
+    assert len(names) == 1
+    plan = lab.plan_lab(names.pop(), list(hosts), "/r")
+    assert {h.name: h.address for h in plan.hosts} == {n: v["ansible_host"] for n, v in hosts.items()}
