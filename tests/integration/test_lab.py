@@ -53,7 +53,9 @@ def leftovers(name: str) -> dict[str, list[str]]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     tag = lab.plan_lab(name, ["x"], ROOT).bridge[:9]  # "vfl" + the lab's 6-char tag
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
-    procs = subprocess.run(["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True, check=True).stdout
+    procs = subprocess.run(
+        ["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True, check=True
+    ).stdout
     mounts = subprocess.run(
         ["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True, check=True
     ).stdout
