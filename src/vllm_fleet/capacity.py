@@ -325,6 +325,7 @@ class CapacityPlan:
     """The answer of `vllm-fleet plan` (DESIGN §4); `to_dict()` is its JSON."""
 
     model_type: str
+    device: str
     tensor_parallel_size: int
     kv_cache_dtype: str
     kv_dtype_bytes: int
@@ -584,6 +585,7 @@ def plan_capacity(
     }
     return CapacityPlan(
         model_type=shape.model_type,
+        device=device,
         tensor_parallel_size=tp,
         kv_cache_dtype=kv_cache_dtype,
         kv_dtype_bytes=dtype_bytes,
@@ -627,12 +629,13 @@ def format_plan(plan: CapacityPlan) -> str:
         f"KV per token          {format_count(plan.kv_bytes_per_token)} B whole model, "
         f"{format_count(plan.kv_bytes_per_token_per_gpu)} B per GPU "
         f"({plan.kv_heads_per_gpu} KV heads per GPU, {plan.kv_cache_dtype} = {plan.kv_dtype_bytes} B)",
-        f"KV memory per GPU     {format_bytes(plan.kv_bytes_per_gpu)} -> "
+        f"KV memory per {plan.device:<7} {format_bytes(plan.kv_bytes_per_gpu)} -> "
         f"{format_count(plan.num_gpu_blocks)} blocks "
         f"of {plan.block_size} tokens",
-        f"GPU KV tokens         {format_count(plan.gpu_kv_tokens)} (TP {plan.tensor_parallel_size})",
+        f"{plan.device + ' KV tokens':<22}{format_count(plan.gpu_kv_tokens)} "
+        f"(TP {plan.tensor_parallel_size})",
         f"max concurrency       {plan.max_concurrency:.2f}x at {format_count(plan.max_model_len)} tokens",
-        f"fits on GPU           {'yes' if plan.fits_on_gpu else 'NO'}"
+        f"{'fits on ' + plan.device:<22}{'yes' if plan.fits_on_gpu else 'NO'}"
         + (
             ""
             if plan.fits_on_gpu

@@ -54,7 +54,7 @@ def test_lab_tiny_model_line_human_output() -> None:
         "CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 256 tokens per request: 4096.00x"
         in done.stdout
     )
-    assert "fits on GPU           yes" in done.stdout
+    assert "fits on CPU           yes" in done.stdout
 
 
 def test_real_log_line_from_available_memory() -> None:
