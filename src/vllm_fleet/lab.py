@@ -32,6 +32,19 @@ MAX_HOSTS = 50
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 _HOST_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 NETNS_PREFIX = "vfl-"
+# What `lab up` runs on the controller (scripts/bootstrap installs them).
+CONTROLLER_TOOLS = (
+    "ip",
+    "mount",
+    "umount",
+    "nsenter",
+    "systemd-nspawn",
+    "debootstrap",
+    "chroot",
+    "ssh",
+    "ssh-keygen",
+    "nc",
+)
 
 
 def lab_root(env: dict[str, str] | None = None) -> Path:

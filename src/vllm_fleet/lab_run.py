@@ -415,6 +415,16 @@ def _running_ok(plan: lab.LabPlan, state: dict[str, Any]) -> bool:
     return all(_ssh_ok(plan, h) for h in plan.hosts)
 
 
+def check_tools(which: Callable[[str], str | None] = shutil.which) -> None:
+    """Fail before creating anything when a tool the lab needs is missing."""
+    missing = [tool for tool in lab.CONTROLLER_TOOLS if not which(tool)]
+    if missing:
+        raise FleetInputError(
+            f"vllm-fleet lab needs {', '.join(missing)} on this machine (PATH={os.environ.get('PATH', '')}): "
+            "run scripts/bootstrap, which installs them"
+        )
+
+
 def up(
     name: str,
     *,
@@ -428,6 +438,7 @@ def up(
     """Bring lab NAME up (or find it up already); returns what happened, with per-stage timings."""
     root = root or lab.lab_root()
     plan = lab.plan_lab(name, lab.host_names(name, hosts, names), root)
+    check_tools()
     timings: dict[str, float] = {}
     started = time.monotonic()
     with file_lock(_labs_dir(root) / f"{name}.lock"):

@@ -199,3 +199,13 @@ def test_molecule_inventory_matches_its_lab_plan():
     assert len(names) == 1
     plan = lab.plan_lab(names.pop(), list(hosts), "/r")
     assert {h.name: h.address for h in plan.hosts} == {n: v["ansible_host"] for n, v in hosts.items()}
+
+
+def test_missing_controller_tools_fail_before_anything_is_created():
+    from vllm_fleet import lab_run
+
+    with pytest.raises(
+        FleetInputError, match=r"needs debootstrap, nc .*run scripts/bootstrap"
+    ):
+        lab_run.check_tools(lambda tool: None if tool in ("nc", "debootstrap") else f"/usr/bin/{tool}")
+    lab_run.check_tools(lambda tool: f"/usr/bin/{tool}")
