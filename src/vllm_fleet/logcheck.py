@@ -67,6 +67,48 @@ _TP = re.compile(r"\btensor_parallel_size=(?P<n>\d+)|'tensor_parallel_size': (?P
 _DISABLE_CAR = re.compile(
     r"\bdisable_custom_all_reduce=(?P<v>True|False)|'disable_custom_all_reduce': (?P<a>True|False)"
 )
+# --- other settings and figures in effect: settings[name] = the last value seen ---------------------------
+_SETTINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "max_num_batched_tokens",
+        (r"\bmax_num_batched_tokens=(?P<v>\d+)", r"'max_num_batched_tokens': (?P<v>\d+)"),
+    ),
+    ("max_num_seqs", (r"\bmax_num_seqs=(?P<v>\d+)", r"'max_num_seqs': (?P<v>\d+)")),
+    ("model_dtype", (r"\bdtype=torch\.(?P<v>\w+)", r"'dtype': '(?P<v>\w+)'")),
+    ("quantization", (r"\bquantization=(?P<v>\w+)", r"'quantization': '(?P<v>\w+)'")),
+    ("architecture", (r"Resolved architecture: (?P<v>\w+)",)),
+    ("speculative_method", (r"SpeculativeConfig\(method='(?P<v>\w+)'",)),
+    ("num_speculative_tokens", (r"\bnum_spec_tokens=(?P<v>\d+)", r"'num_speculative_tokens': (?P<v>\d+)")),
+    (
+        "gpu_memory_utilization",
+        (
+            r"\bgpu_memory_utilization[=: ]+\(?(?P<v>\d+(?:\.\d+)?)",
+            r"current --gpu-memory-utilization=(?P<v>\d+(?:\.\d+)?)",
+            r"increase --gpu-memory-utilization from (?P<v>\d+(?:\.\d+)?)",
+        ),
+    ),
+    (
+        "gpu_memory_utilization_suggested",
+        (r"increase --gpu-memory-utilization (?:from [\d.]+ )?to (?P<v>\d+(?:\.\d+)?)",),
+    ),
+    ("total_gpu_memory_gib", (r"total_gpu_memory[= ]\(?(?P<v>\d+(?:\.\d+)?) ?GiB",)),
+    (
+        "model_weights_gib",
+        (
+            r"Model loading took (?P<v>\d+(?:\.\d+)?) ?GiB",
+            r"Loading model weights took (?P<v>\d+(?:\.\d+)?) GB",
+        ),
+    ),
+    (
+        "model_loading_seconds",
+        (r"Model loading took [\d.]+ ?GiB(?: memory)? and (?P<v>\d+(?:\.\d+)?) seconds",),
+    ),
+    ("cudagraph_memory_gib", (r"Estimated CUDA graph memory: (?P<v>\d+(?:\.\d+)?) GiB",)),
+    ("num_gpu_blocks_override", (r"num_gpu_blocks_override=(?P<v>\d+)",)),
+    ("num_gpu_blocks", (r"num_gpu_blocks is: (?P<v>\d+)",)),
+    ("flash_attention_version", (r"Using FlashAttention version (?P<v>\d+)",)),
+)
+_SETTING_PATTERNS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in _SETTINGS)
 # --- attention backend (vllm-facts §2) ---------------------------------------------------------------------
 _BACKEND_POTENTIAL = re.compile(
     r"Using (?:AttentionBackendEnum\.)?(?P<n>[A-Z][A-Z0-9_]+) attention backend out of potential backends"
@@ -213,6 +255,15 @@ _MAXLEN_V0_VALUES = re.compile(
 _FP8_SAME = {"fp8": "fp8_e4m3"}
 
 
+def _number(text: str) -> int | float | str:
+    """`2048` -> 2048, `0.90` -> 0.9, anything else stays text."""
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    if re.fullmatch(r"\d+\.\d*", text):
+        return float(text)
+    return text
+
+
 def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
@@ -266,6 +317,7 @@ class LogReport:
     attention_backend: str | None = None
     custom_all_reduce_disabled: bool | None = None
     custom_all_reduce_disabled_reason: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
     numa_bindings: list[dict[str, Any]] = field(default_factory=list)
     numa_nodes: list[int] = field(default_factory=list)
     numa_auto_binding_skipped: str | None = None
@@ -457,6 +509,13 @@ def parse_log(text: str) -> LogReport:
         match = _TP.search(line)
         if match:
             _set(report, "tensor_parallel_size", int(match.group("n") or match.group("a")), line)
+        for name, patterns in _SETTING_PATTERNS:
+            for pattern in patterns:
+                match = pattern.search(line)
+                if match:
+                    report.settings[name] = _number(match.group("v"))
+                    report.evidence[f"settings.{name}"] = line
+                    break
 
         for pattern in (_BACKEND_POTENTIAL, _BACKEND_ENUM, _BACKEND_NAME, _BACKEND_WORDS):
             match = pattern.search(line)

@@ -45,6 +45,11 @@ def test_cfg_v0_10_2_dev_config_only() -> None:
     assert rep.max_model_len == 32768
     assert rep.kv_cache_tokens is None and rep.kv_cache_reports == []
     assert rep.custom_all_reduce_disabled is False
+    assert rep.settings == {
+        "architecture": "Qwen2ForCausalLM",
+        "max_num_batched_tokens": 2048,
+        "model_dtype": "bfloat16",
+    }
     assert rep.errors == []
     assert "vLLM API server version" in rep.evidence["version"] or "Initializing" in rep.evidence["version"]
 
@@ -75,6 +80,8 @@ def test_err_tpu_complete_message_without_prefix() -> None:
 def test_err_negative_kv_memory_then_engine_core_failed() -> None:
     rep = report("err-v0.10.1ish-gptoss120b-h100-negative-kv-memory-vllm-23278.txt")
     assert rep.available_kv_cache_gib == -2.14
+    assert rep.settings["model_weights_gib"] == 65.9651
+    assert rep.settings["model_loading_seconds"] == 12.799889
     assert kinds(rep) == ["negative_kv_cache_memory", "engine_init_failed"]
     assert rep.errors[1].line.endswith("EngineCore failed to start.")
 
@@ -105,6 +112,8 @@ def test_err_v0_7_negative_reserve_and_zero_cuda_blocks() -> None:
     assert rep.max_concurrency == 0.0
     assert rep.concurrency_max_model_len == 4096
     assert kinds(rep) == ["negative_kv_cache_memory", "no_kv_cache_memory"]
+    assert rep.settings["model_weights_gib"] == 5.2032
+    assert (rep.settings["total_gpu_memory_gib"], rep.settings["gpu_memory_utilization"]) == (8.0, 0.7)
 
 
 def test_err_intel_hard_wrapped_message() -> None:
@@ -126,6 +135,7 @@ def test_log_v0_10_1_enginecore0_prefix() -> None:
     assert rep.concurrency_max_model_len == 40_000
     assert rep.kv_cache_device == "GPU"
     assert rep.errors == []
+    assert rep.settings["num_gpu_blocks"] == 57_656  # 922,496 / 57,656 = 16-token blocks
 
 
 def test_log_v0_18_gguf_blocks_override_before_kv_lines() -> None:
@@ -135,6 +145,10 @@ def test_log_v0_18_gguf_blocks_override_before_kv_lines() -> None:
     assert rep.max_concurrency == 1.36
     assert rep.concurrency_max_model_len == 262_144
     assert len(rep.kv_cache_reports) == 1
+    assert rep.settings["num_gpu_blocks_override"] == 512
+    assert rep.settings["cudagraph_memory_gib"] == 1.62
+    assert rep.settings["gpu_memory_utilization"] == 0.9
+    assert rep.settings["gpu_memory_utilization_suggested"] == 0.969
 
 
 def test_log_v0_20_1_kv_lines_before_config_and_fp8_e5m2() -> None:
@@ -146,6 +160,11 @@ def test_log_v0_20_1_kv_lines_before_config_and_fp8_e5m2() -> None:
     assert rep.kv_cache_dtype == "fp8_e5m2"
     assert rep.max_model_len == 262_144
     assert rep.tensor_parallel_size == 2
+    assert rep.settings["max_num_seqs"] == 2
+    assert rep.settings["max_num_batched_tokens"] == 8192
+    assert rep.settings["model_dtype"] == "float16"
+    assert rep.settings["quantization"] == "auto_round"
+    assert (rep.settings["speculative_method"], rep.settings["num_speculative_tokens"]) == ("mtp", 3)
 
 
 def test_log_v0_21_worker_tp_prefixes() -> None:
@@ -154,6 +173,8 @@ def test_log_v0_21_worker_tp_prefixes() -> None:
     assert rep.kv_cache_tokens == 619_202
     assert rep.max_concurrency == 2.36
     assert rep.concurrency_max_model_len == 262_144
+    assert rep.settings["gpu_memory_utilization"] == 0.88
+    assert rep.settings["gpu_memory_utilization_suggested"] == 0.9008
 
 
 def test_log_v0_6_three_runs_blocks_and_v0_error() -> None:
@@ -165,6 +186,9 @@ def test_log_v0_6_three_runs_blocks_and_v0_error() -> None:
     assert runs == [(1952, 2048, 1.56, 20000), (1478, 2048, 0.82, 29000)]
     assert rep.gpu_blocks == 1478  # the last announcement wins
     assert rep.available_kv_cache_gib == 2.89  # run 2's kv_cache_size (run 3 is cut before it)
+    assert rep.settings["total_gpu_memory_gib"] == 23.58
+    assert rep.settings["gpu_memory_utilization"] == 0.9
+    assert rep.settings["model_weights_gib"] == 14.9888
     assert kinds(rep) == ["max_model_len_exceeds_kv_cache"]
     assert rep.errors[0].values == {"max_model_len": 29000, "kv_cache_tokens": 23648}
 
@@ -204,6 +228,7 @@ def test_misc_newest_attention_backend_wording() -> None:
     rep = report("misc-2026-07-attn-backend-out-of-potential-backends-v2-runner-pr45288.txt")
     assert rep.attention_backend == "FLASH_ATTN"
     assert "out of potential backends" in rep.evidence["attention_backend"]
+    assert rep.settings["flash_attention_version"] == 2
     assert rep.kv_cache_tokens is None
 
 
