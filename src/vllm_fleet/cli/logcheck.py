@@ -110,6 +110,8 @@ def format_report(report: LogReport, checks: list[Check]) -> str:
             f"KV usage {show(stats.get('kv_cache_usage_percent'))}%, prefix hits "
             f"{show(stats.get('prefix_cache_hit_rate_percent'))}%"
         )
+    if report.settings:
+        rows.append("settings              " + ", ".join(f"{k}={v}" for k, v in report.settings.items()))
     rows.extend(f"ERROR {error.kind}: {error.line.strip()}" for error in report.errors)
     rows.extend(f"{'PASS' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in checks)
     return "\n".join(rows)
