@@ -24,6 +24,8 @@ from typing import Any
 
 from vllm_fleet.errors import FleetInputError
 
+# Task names of roles/vllm_rollout that mark a step of a host's turn (the CLI prints them as progress).
+STEP_PREFIX = "Rollout step - "
 SERIAL_VAR = "vllm_rollout_serial"
 MAX_FAIL_VAR = "vllm_rollout_max_fail_percentage"
 
@@ -552,9 +554,9 @@ def progress_line(event: Mapping[str, Any]) -> str | None:
         return f"   {host}: UNREACHABLE during '{task}': {_event_message(data)}"
     if kind == "runner_on_failed" and not data.get("ignore_errors"):
         return f"   {host}: FAILED '{task}': {_event_message(data)}"
-    if kind == "runner_on_ok" and task.startswith("vllm_rollout | ") and "STEP" in task:
-        return f"   {host}: {task.split('STEP', 1)[1].strip(' :')}"
-    if kind == "runner_on_ok" and task == "vllm_rollout | Say why the rollout stops":
+    if kind == "runner_on_ok" and task.startswith(STEP_PREFIX):
+        return f"   {host}: {task[len(STEP_PREFIX) :].strip()}"
+    if kind == "runner_on_ok" and task == "Say why the rollout stops":
         res = data.get("res") or {}
         return f"   {res.get('msg', 'rollout stops')}" if isinstance(res, Mapping) else None
     return None
