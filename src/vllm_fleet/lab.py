@@ -247,6 +247,14 @@ def nspawn_argv(plan: LabPlan, host: LabHost, root_dir: Path, binds_ro: dict[str
     return argv
 
 
+def hosts_file(plan: LabPlan) -> str:
+    """/etc/hosts for every host of the lab: each name resolves to its lab address (the hosts have no DNS;
+    torch's gloo and vLLM look their own hostname up and stall or fall back to loopback otherwise)."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{h.address}\t{h.name}" for h in plan.hosts]
+    return "\n".join(lines) + "\n"
+
+
 def system_state_ok(state: str) -> bool:
     """`systemctl is-system-running` answers that count as booted (degraded: some unit failed, as in
     containers where hardware units cannot start)."""

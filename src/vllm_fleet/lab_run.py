@@ -298,6 +298,9 @@ def _start_host(plan: lab.LabPlan, host: lab.LabHost, rootfs: Path, binds_ro: di
     hdir = plan.host_dir(host.name)
     for sub in ("upper", "work", "root"):
         (hdir / sub).mkdir(parents=True, exist_ok=True)
+    # Files placed in the empty upper layer before the mount shadow the shared root filesystem's.
+    (hdir / "upper/etc").mkdir(exist_ok=True)
+    (hdir / "upper/etc/hosts").write_text(lab.hosts_file(plan))
     # The host's writable layer lives on disk (not tmpfs as with --volatile=overlay): a vLLM venv is 2.5 GB.
     run(
         [

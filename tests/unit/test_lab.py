@@ -204,8 +204,14 @@ def test_molecule_inventory_matches_its_lab_plan():
 def test_missing_controller_tools_fail_before_anything_is_created():
     from vllm_fleet import lab_run
 
-    with pytest.raises(
-        FleetInputError, match=r"needs debootstrap, nc .*run scripts/bootstrap"
-    ):
+    with pytest.raises(FleetInputError, match=r"needs debootstrap, nc .*run scripts/bootstrap"):
         lab_run.check_tools(lambda tool: None if tool in ("nc", "debootstrap") else f"/usr/bin/{tool}")
     lab_run.check_tools(lambda tool: f"/usr/bin/{tool}")
+
+
+def test_hosts_file_names_every_lab_host():
+    plan = lab.plan_lab("t1", ["a", "b"], "/r")
+    text = lab.hosts_file(plan)
+    assert "127.0.0.1\tlocalhost" in text.splitlines()
+    assert f"{plan.hosts[0].address}\ta" in text.splitlines()
+    assert f"{plan.hosts[1].address}\tb" in text.splitlines()
