@@ -20,8 +20,13 @@ def probe(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
     reports = tmp_path / "reports"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1"}
     proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), "playbooks/probe.yml", "-e", f"gpu_topology_report_dir={reports}"]
-        + list(args),
+        [
+            str(BIN / "ansible-playbook"),
+            "playbooks/probe.yml",
+            "-e",
+            f"gpu_topology_report_dir={reports}",
+            *args,
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
