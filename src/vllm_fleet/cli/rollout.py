@@ -64,7 +64,8 @@ def build_extravars(args: argparse.Namespace, run_id: str, report_dir: Path) -> 
     """The playbook's variables from the command line; the rules are checked here before anything runs."""
     extra = parse_extra_vars(args.extra_vars or [])
     if args.hosts:
-        extra["vllm_rollout_hosts"] = args.hosts
+        # preflight and every other playbook select hosts with vllm_fleet_hosts
+        extra["vllm_fleet_hosts"] = args.hosts
     if args.canary:
         extra["vllm_rollout_canary"] = [c.strip() for c in args.canary.split(",") if c.strip()]
     if args.serial:
@@ -153,7 +154,13 @@ def _handle(args: argparse.Namespace) -> int:
     events: list[dict[str, Any]] = []
 
     def on_event(event: dict[str, Any]) -> bool:
-        events.append({"event": event.get("event"), "event_data": event.get("event_data") or {}})
+        events.append(
+            {
+                "event": event.get("event"),
+                "created": event.get("created"),
+                "event_data": event.get("event_data") or {},
+            }
+        )
         if not args.json and not args.quiet:
             _progress(event)
         return True
