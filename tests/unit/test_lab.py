@@ -215,3 +215,23 @@ def test_hosts_file_names_every_lab_host():
     assert "127.0.0.1\tlocalhost" in text.splitlines()
     assert f"{plan.hosts[0].address}\ta" in text.splitlines()
     assert f"{plan.hosts[1].address}\tb" in text.splitlines()
+
+
+def test_embedded_inventory_holds_only_the_lab_host():
+    # `-i inventory/` must not pick up inventory/examples/* (other machines, their group_vars/all)
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", "inventory/", "--list"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    inv = json.loads(out)
+    assert sorted(inv["_meta"]["hostvars"]) == ["default-1"]
+    assert inv["lab"]["hosts"] == ["default-1"]
+    assert inv["_meta"]["hostvars"]["default-1"]["vllm_fleet_lab_name"] == "default"
