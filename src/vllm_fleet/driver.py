@@ -8,7 +8,8 @@ pure: it reads that text (and the role's variables) and returns dataclasses. Rul
 - `Failed to initialize NVML: Driver/library version mismatch` means the loaded kernel module and the
   user-space libraries differ (typically an unattended upgrade of `libnvidia-*` under a running driver): only
   a reboot (or a module reload) cures it, so it sets `reboot_required`.
-- A freshly installed module that is not the loaded one also sets `reboot_required`.
+- A freshly installed module that is not the loaded one also sets `reboot_required` (the role probes again
+  after an install; `install` itself does not claim a reboot before anything changed).
 - A host without an NVIDIA PCI device (vendor 0x10de, class 0x03xx) is `no_gpu`: nothing else is done there.
 """
 
@@ -479,9 +480,9 @@ def assess_driver(
             status = "ok"
             reasons.append(f"driver {driver_version} answers and satisfies the pin {pin.describe()}")
         else:
+            # the reboot this will need is decided after the install, by probing again
             status = "install"
             needs_install = True
-            reboot_required = True
             reasons.append(f"driver {driver_version} answers but the pin is {pin.describe()}")
         if loaded.open is not None and loaded.open != pin.open_kernel_modules and status == "ok":
             kind = "open" if loaded.open else "proprietary"
@@ -517,7 +518,6 @@ def assess_driver(
         else:
             status = "install"
             needs_install = True
-            reboot_required = True
             reasons.append(
                 f"nvidia-smi: {smi.state}{' (' + smi.message + ')' if smi.message else ''}; "
                 f"installed driver packages: {installed_version or 'none'}; pin {pin.describe()}"

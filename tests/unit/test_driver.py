@@ -118,7 +118,7 @@ def test_exact_pin_of_the_running_version_is_ok_and_another_exact_pin_installs()
     assert driver.assess_driver(probe_text(), exact).status == "ok"
     other = driver.DriverPin.from_vars("580", "580.95.05", True)
     result = driver.assess_driver(probe_text(), other)
-    assert result.status == "install" and result.needs_install and result.reboot_required
+    assert result.status == "install" and result.needs_install and not result.reboot_required
     assert driver.verify_driver(result, other, 2) == [
         "driver 580.159.04 does not satisfy the pin 580.95.05 (open kernel modules)"
     ]
