@@ -63,6 +63,7 @@ class ActionModule(ActionBase):
             task_vars,
         )
         status = res.get("status")
+        self._last_health = {k: res.get(k) for k in ("status", "msg") if k in res}
         return status if isinstance(status, int) and status > 0 else None
 
     def _model_bytes(self, model_path: str, task_vars: dict) -> int | None:
@@ -135,6 +136,7 @@ class ActionModule(ActionBase):
             timeout=timeout,
             target=target.to_dict(),
             unit_state=state.to_dict(),
+            last_health=getattr(self, "_last_health", {}),
             invocation_id=baseline.invocation_id if baseline else "",
         )
         if verdict.state == "ready":

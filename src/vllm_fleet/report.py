@@ -626,7 +626,7 @@ def check_readiness(readiness: Mapping[str, Any]) -> list[Check]:
     where = f"waited {readiness.get('waited_s')} s of {readiness.get('timeout')} s"
     checks = [
         _mk(
-            "ready",
+            "readiness",
             state == "ready",
             "ready (/health 200)",
             f"{state}: {readiness.get('reason', '')}",
