@@ -202,3 +202,136 @@ def test_seed_exec_start_verifies_and_reads_back(tmp_path):
         root / "etc/systemd/system", "vllm-fleet-i0.service", "/usr/bin/numactl"
     )
     assert [at_exec_time(w) for w in decode_systemd_quoted(line)] == rendered.argv
+
+
+# --- executed for real: a booted lab host (systemd-nspawn, real systemd 252 as PID 1, real numactl) ---------
+
+FAKE_VLLM = "#!/usr/bin/python3\nimport json, sys\nprint('ARGV ' + json.dumps(sys.argv[1:]), flush=True)\n"
+
+PLAYBOOK = """
+- name: Run units whose ExecStart prints its own argv
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Fake venv
+      ansible.builtin.file: {path: /opt/fake-venv/bin, state: directory, mode: "0755"}
+    - name: Fake vllm that prints its argv
+      ansible.builtin.copy: {content: "{{ fake_vllm }}", dest: /opt/fake-venv/bin/vllm, mode: "0755"}
+    - name: Units
+      ansible.builtin.copy:
+        content: "{{ item.text }}"
+        dest: "/etc/systemd/system/{{ item.name }}"
+        mode: "0644"
+      loop: "{{ units }}"
+    - name: Start them
+      ansible.builtin.systemd_service: {name: "{{ item.name }}", state: started, daemon_reload: true}
+      loop: "{{ units }}"
+    - name: Read what they printed
+      ansible.builtin.command: journalctl -u {{ item.name }} -o cat --no-pager
+      loop: "{{ units }}"
+      register: journals
+      changed_when: false
+    - name: Read ExecStart as systemd shows it
+      ansible.builtin.command: systemctl show -p ExecStart --value {{ item.name }}
+      loop: "{{ units }}"
+      register: shows
+      changed_when: false
+    - name: Hand them back
+      ansible.builtin.copy:
+        content: "{{ {'journals': journals.results | map(attribute='stdout') | list,
+                      'shows': shows.results | map(attribute='stdout') | list} | to_json }}"
+        dest: "{{ out }}"
+        mode: "0644"
+      delegate_to: localhost
+"""
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(tmp_path_factory):
+    venv_bin = Path(os.sys.executable).parent
+    name = "h3quote"
+    inventory = tmp_path_factory.mktemp("lab") / "inventory.yml"
+    subprocess.run(
+        [
+            str(venv_bin / "vllm-fleet"),
+            "lab",
+            "up",
+            "--name",
+            name,
+            "--hosts",
+            "1",
+            "--without-vllm",
+            "--inventory",
+            str(inventory),
+        ],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    try:
+        yield inventory
+    finally:
+        subprocess.run(
+            [str(venv_bin / "vllm-fleet"), "lab", "down", "--name", name],
+            timeout=300,
+            capture_output=True,
+            check=False,
+        )
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+def test_exec_start_runs_with_the_exact_argv_on_a_real_systemd(lab_inventory, tmp_path):
+    from vllm_fleet.layout import plan_layout
+    from vllm_fleet.topology import build_topology_from_dir
+
+    variables = yaml.safe_load(
+        (REPO / "inventory/examples/seed-4x4090/group_vars/all/vllm_service.yml").read_text(encoding="utf-8")
+    )
+    variables["vllm_service_venv"] = "/opt/fake-venv"
+    # words systemd would otherwise rewrite: specifiers, variables, spaces, a lone semicolon
+    variables["vllm_service_served_model_name"] = ["qwen3-27b", "100%n", "$HOME ${PATH}", ";"]
+    layout = plan_layout(
+        build_topology_from_dir(REPO / "tests/fixtures/topology/recorded/8x4090-dual-socket"), 4
+    )
+    instance = layout.to_dict()["instances"][0]
+    rendered = render_instance(ServeSpec.from_vars(variables), instance, "0.33.0")
+    assert rendered.argv[:3] == ["/usr/bin/numactl", "--cpunodebind=0", "--membind=0"]
+    # the lab host has one NUMA node: 0 is valid there, so the real numactl runs the fake vllm
+    units = [
+        {"name": "vf-seed.service", "text": f"[Service]\nType=oneshot\nExecStart={rendered.exec_start}\n"},
+        {
+            "name": "vf-tricky.service",
+            "text": "[Service]\nType=oneshot\nExecStart="
+            + systemd_quote(["/opt/fake-venv/bin/vllm", *TRICKY_ARGV]),
+        },
+    ]
+    out = tmp_path / "out.json"
+    playbook = tmp_path / "run.yml"
+    playbook.write_text(PLAYBOOK, encoding="utf-8")
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps({"units": units, "fake_vllm": FAKE_VLLM, "out": str(out)}), encoding="utf-8")
+    venv_bin = Path(os.sys.executable).parent
+    proc = subprocess.run(
+        [str(venv_bin / "ansible-playbook"), "-i", str(lab_inventory), str(playbook), "-e", f"@{extra}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PATH": f"{venv_bin}:{os.environ['PATH']}",
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        },
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+
+    def printed(journal: str) -> list[str]:
+        lines = [line for line in journal.splitlines() if line.startswith("ARGV ")]
+        assert len(lines) == 1, journal
+        return json.loads(lines[0][len("ARGV ") :])
+
+    assert printed(data["journals"][0]) == rendered.argv[4:]  # after numactl's 3 words and the program
+    assert printed(data["journals"][1]) == TRICKY_ARGV
+    assert "path=/usr/bin/numactl" in data["shows"][0]
