@@ -10,6 +10,7 @@ and a host made unreachable mid-rollout (it counts as failed, the rollout stops 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "vllm-fleet")
-NAME = "ro-it"
+NAME = os.environ.get("VLLM_FLEET_ROLLOUT_LAB", "ro-it")
+REUSE = os.environ.get("VLLM_FLEET_ROLLOUT_REUSE") == "1"
 HOSTS = [f"{NAME}-{i}" for i in (1, 2, 3)]
 UNIT = "vllm-fleet-i0.service"
 
@@ -100,26 +102,31 @@ def by_host(summary: dict) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
+    """A fresh 3-host lab deployed with site.yml. With VLLM_FLEET_ROLLOUT_REUSE=1, a lab named
+    $VLLM_FLEET_ROLLOUT_LAB that is already up and deployed is used as it is, and left up (for iterating)."""
     if shutil.which("systemd-nspawn") is None:
         pytest.fail("lab hosts need systemd-nspawn (scripts/bootstrap installs it)")
     work = tmp_path_factory.mktemp("rollout")
     inventory = work / "inventory"
     (inventory / "group_vars" / "lab").mkdir(parents=True)
     shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
-    run([CLI, "lab", "down", "--name", NAME], timeout=300)
+    if not REUSE:
+        run([CLI, "lab", "down", "--name", NAME], timeout=300)
     up = run(
         [CLI, "lab", "up", "--name", NAME, "--hosts", "3", "--inventory", str(inventory / "hosts.yml")], 3000
     )
     assert up.returncode == 0, up.stderr
     plan = lab.plan_lab(NAME, HOSTS, lab.lab_root())
     try:
-        started = time.monotonic()
-        site = run([str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml"], timeout=2400)
-        assert site.returncode == 0, site.stdout[-6000:]
-        print(f"baseline site.yml on 3 hosts: {time.monotonic() - started:.0f}s")
+        if not REUSE:
+            started = time.monotonic()
+            site = run([str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml"], timeout=2400)
+            assert site.returncode == 0, site.stdout[-6000:]
+            print(f"baseline site.yml on 3 hosts: {time.monotonic() - started:.0f}s")
         yield {"inventory": inventory, "reports": work / "reports", "plan": plan, "work": work}
     finally:
-        run([CLI, "lab", "down", "--name", NAME], timeout=300)
+        if not REUSE:
+            run([CLI, "lab", "down", "--name", NAME], timeout=300)
 
 
 def test_invalid_host_refuses_the_rollout_before_any_change(fleet):
