@@ -395,7 +395,13 @@ def validate_instance(
     _heads_rule(tp, model_config, errors)
     _p2p_rule(tp, disable_car, view, topology, errors)
     _offload_memory_rule(spec, view, topology, errors)
-    _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations)
+    if view["device"] == "cpu" and spec.kv_cache_memory_bytes is None:
+        warnings.append(
+            f"capacity: instance {name} runs on vLLM's CPU backend, which sizes its KV cache from "
+            "VLLM_CPU_KVCACHE_SPACE (GiB); not planned here"
+        )
+    else:
+        _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations)
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is not None:
         warnings.append(
             f"layout instance {name}: a CPU instance sizes its KV cache with VLLM_CPU_KVCACHE_SPACE, not "

@@ -188,13 +188,19 @@ def test_batched_tokens_below_seqs_times_speculative_tokens():
 
 def test_tp_not_dividing_heads():
     instance = rtx4090_instance(tp=3)
-    errors, _ = _errors(seed_spec(rope_scaling={}), instance=instance, model=model_config("qwen3.6-27b"))
+    errors, _ = _errors(
+        seed_spec(rope_scaling={}, tensor_parallel_size=None),
+        instance=instance,
+        model=model_config("qwen3.6-27b"),
+    )
     assert not _has(errors, "does not divide")  # 24 heads / 3
     errors, _ = _errors(seed_spec(rope_scaling={}), model=model_config("qwen3.6-27b"))
     assert not _has(errors, "does not divide")  # 24 / 4
     llama_like = dict(model_config("qwen3.6-27b"))
     llama_like["text_config"] = {**llama_like["text_config"], "num_attention_heads": 40}
-    errors, _ = _errors(seed_spec(rope_scaling={}), instance=instance, model=llama_like)
+    errors, _ = _errors(
+        seed_spec(rope_scaling={}, tensor_parallel_size=None), instance=instance, model=llama_like
+    )
     assert _has(errors, "tensor_parallel_size 3: does not divide the model's 40 attention heads")
 
 
