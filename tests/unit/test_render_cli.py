@@ -1,0 +1,100 @@
+"""`vllm-fleet render` and `vllm-fleet flags`: --json prints one object; exit 2 names the bad input."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from test_render_support import FIXTURES, REPO, SEED_VARS, rtx4090_topology
+
+from vllm_fleet.cli import main
+from vllm_fleet.layout import plan_layout
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_render_json_with_a_layout(capsys, tmp_path):
+    layout = tmp_path / "layout.json"
+    layout.write_text(json.dumps(plan_layout(rtx4090_topology(), 4).to_dict()), encoding="utf-8")
+    code, out, _ = _run(
+        capsys,
+        "render",
+        "--vars",
+        str(SEED_VARS),
+        "--vllm-version",
+        "0.33.0",
+        "--instance-json",
+        str(layout),
+        "--instance",
+        "i1",
+        "--model-config",
+        str(FIXTURES / "models/qwen3.6-27b.config.json"),
+        "--json",
+    )
+    result = json.loads(out)
+    assert code == 0, result["errors"]
+    assert result["argv"][:3] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1"]
+    assert result["port"] == 8001
+    assert result["exec_start"].startswith(
+        "/usr/bin/numactl --cpunodebind=1 --membind=1 /opt/vllm-fleet/venv/bin/vllm"
+    )
+    assert set(result) >= {"argv", "exec_start", "warnings", "errors"}
+
+
+def test_render_shell_for_0_10_2_reports_errors_and_exits_1(capsys):
+    code, out, _ = _run(capsys, "render", "--vars", str(SEED_VARS), "--vllm-version", "0.10.2", "--shell")
+    assert code == 1
+    command = out.splitlines()[0]
+    words = shlex.split(command)
+    assert "--rope-scaling" in words
+    assert (
+        "error: vllm_service_kv_offload_cpu_bytes: the OffloadingConnector does not exist in vLLM 0.10.2"
+        in out
+    )
+
+
+def test_render_bad_input_is_exit_2_naming_it(capsys, tmp_path):
+    bad = tmp_path / "vars.yml"
+    bad.write_text("vllm_service_model: /m\nvllm_service_max_num_seqs: lots\n", encoding="utf-8")
+    code, _, err = _run(capsys, "render", "--vars", str(bad), "--vllm-version", "0.33.0")
+    assert code == 2
+    assert "vllm_service_max_num_seqs: 'lots' is not an integer" in err
+    code, _, err = _run(
+        capsys,
+        "render",
+        "--vars",
+        str(REPO / "roles/vllm_service/defaults/main.yml"),
+        "--vllm-version",
+        "0.33.0",
+    )
+    assert code == 2 and "Jinja templates" in err
+
+
+def test_flags_lookup_and_catalog(capsys):
+    code, out, _ = _run(capsys, "flags", "--vllm-version", "0.33.0", "--flag", "rope-scaling", "--json")
+    result = json.loads(out)
+    assert code == 1 and result["exists"] is False
+    assert result["releases"][-1] == "0.11.0"
+    code, out, _ = _run(capsys, "flags", "--vllm-version", "0.33.0", "--json")
+    catalog = json.loads(out)
+    assert code == 0 and "--kv-cache-memory-bytes" in catalog["flags"]
+    assert "0.8.5" in catalog["catalogued_versions"]
+
+
+def test_flags_check_command_on_the_seed(capsys):
+    code, out, _ = _run(
+        capsys,
+        "flags",
+        "--vllm-version",
+        "0.33.0",
+        "--check-command",
+        str(FIXTURES / "seed/seed-command.sh"),
+        "--json",
+    )
+    result = json.loads(out)
+    assert code == 1
+    assert len(result["errors"]) == 4
