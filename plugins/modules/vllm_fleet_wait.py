@@ -13,18 +13,33 @@ description:
     cache, out of memory, unrecognized arguments, engine init failure) and a fix.
 version_added: "0.1.0"
 options:
-  unit:
-    description: The systemd unit, e.g. C(vllm-fleet-i0.service).
-    type: str
+  plan:
+    description:
+      - The instance plan (C(/etc/vllm-fleet/<instance>.json)); the unit, the C(/health) URL (the instance's
+        own C(--host), loopback for a wildcard) and the model path come from it.
+    type: dict
     required: true
-  url:
-    description: The instance's C(/health) URL, called from the host itself.
+  address:
+    description: Call C(/health) on this address instead of the plan's C(--host).
     type: str
-    required: true
+  unit_prefix:
+    description: Unit name prefix when the plan names no unit.
+    type: str
+    default: vllm-fleet-
   timeout:
-    description: Seconds to wait before giving up (the role derives it from the model's size).
+    description:
+      - Seconds to wait before giving up; 0 derives it from the model's size on disk
+        (I(timeout_base) + I(timeout_per_gib) per GiB, at most 3600).
     type: int
-    required: true
+    default: 0
+  timeout_base:
+    description: Seconds of the derived deadline for engine start without the weights.
+    type: int
+    default: 300
+  timeout_per_gib:
+    description: Seconds of the derived deadline per GiB of weights.
+    type: int
+    default: 20
   interval:
     description: Seconds between polls.
     type: float
@@ -42,16 +57,26 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Wait for vllm-fleet-i0 to answer
+- name: Wait for instance i0 to answer (deadline from the model's size)
   vllm_fleet_wait:
-    unit: vllm-fleet-i0.service
-    url: http://127.0.0.1:8000/health
-    timeout: 600
+    plan: "{{ lookup('ansible.builtin.file', 'i0.json') | from_json }}"
 """
 
 RETURN = r"""
 state:
   description: ready, crashed, engine_dead, stopped or timeout.
+  type: str
+  returned: always
+target:
+  description: Where the API answers (unit, base_url, served_model_name, max_model_len, ...).
+  type: dict
+  returned: always
+last_health:
+  description: The last C(/health) answer (status, msg).
+  type: dict
+  returned: always
+timeout:
+  description: The deadline used, in seconds.
   type: str
   returned: always
 reason:

@@ -1,0 +1,49 @@
+"""The verify action plugins and their docs stay in step; the probe-prompt filter reads real answers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+FIX = ROOT / "tests" / "fixtures" / "metrics" / "healthy"
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["vllm_fleet_wait", "vllm_fleet_logcheck"])
+def test_ansible_doc_documents_exactly_the_action_plugin_arguments(name: str) -> None:
+    result = subprocess.run(
+        [str(BIN / "ansible-doc"), "-M", str(ROOT / "plugins/modules"), "--json", name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    documented = set(json.loads(result.stdout)[name]["doc"]["options"])
+    code = set(_load(ROOT / "plugins/action" / f"{name}.py").ARGUMENT_SPEC)
+    assert documented == code
+
+
+def test_probe_prompt_filter_sizes_the_prompt_from_the_real_answers() -> None:
+    filters = _load(ROOT / "plugins/filter/vllm_verify.py").FilterModule().filters()
+    api = json.loads((FIX / "api.json").read_text())
+    completion = {"json": json.loads(api["completion"]["content"])}  # what ansible.builtin.uri registers
+    before = (FIX / "metrics-before.txt").read_text()
+    probe = filters["vllm_verify_probe_prompt"]("ab", completion, before, 256, 8)
+    # 92 prompt tokens per copy, 128-token CPU blocks: two copies (184 tokens) fill one block, 192 <= 256.
+    assert probe == "ab ab"
+    assert filters["vllm_verify_probe_prompt"]("ab", {}, before, 256, 8) == "ab"
