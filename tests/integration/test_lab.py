@@ -179,3 +179,28 @@ def test_down_cleans_after_a_killed_up(lab_name):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_terminated_up_tears_itself_down(lab_name):
+    # SIGTERM (a timeout, a CI cancel) must unwind like a failure: `up` removes what it created by itself
+    child = subprocess.Popen(
+        [CLI, "lab", "up", "--name", lab_name, "--hosts", "2", "--without-vllm"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    state_file = ROOT / "labs" / lab_name / "state.json"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(state_file.read_text()).get("pids"):
+                break
+        except (OSError, ValueError):
+            pass
+        assert child.poll() is None, "lab up ended before it could be terminated"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM
+    assert "tearing down" in err
+    assert_clean(lab_name)

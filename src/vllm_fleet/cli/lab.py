@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,14 @@ def _need_root() -> None:
         )
 
 
+def _exit_on_term(signum: int, _frame: object) -> None:
+    # SystemExit unwinds through `up`, whose handler tears down what it created (a plain SIGTERM would not).
+    raise SystemExit(128 + signum)
+
+
 def _handle(args: argparse.Namespace) -> int:
     _need_root()
+    signal.signal(signal.SIGTERM, _exit_on_term)
     try:
         return _dispatch(args)
     except (lab_run.LabError, LabBuildError) as exc:
