@@ -54,7 +54,8 @@ class ActionModule(ActionBase):
         )
         if res.get("rc", 1) != 0:
             raise AnsibleActionFail(f"systemctl show {unit} failed: {res.get('stderr') or res.get('msg')}")
-        return parse_systemctl_show(res.get("stdout", ""), unit)
+        self._last_show = res.get("stdout", "")
+        return parse_systemctl_show(self._last_show, unit)
 
     def _health(self, url: str, request_timeout: int, task_vars: dict) -> int | None:
         res = self._module(
@@ -137,6 +138,7 @@ class ActionModule(ActionBase):
             target=target.to_dict(),
             unit_state=state.to_dict(),
             last_health=getattr(self, "_last_health", {}),
+            unit_show=getattr(self, "_last_show", ""),
             invocation_id=baseline.invocation_id if baseline else "",
         )
         if verdict.state == "ready":

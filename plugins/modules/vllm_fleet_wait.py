@@ -71,6 +71,10 @@ target:
   description: Where the API answers (unit, base_url, served_model_name, max_model_len, ...).
   type: dict
   returned: always
+unit_show:
+  description: The last C(systemctl show) text (the state the verdict was taken on).
+  type: str
+  returned: always
 last_health:
   description: The last C(/health) answer (status, msg).
   type: dict

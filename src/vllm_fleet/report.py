@@ -314,7 +314,10 @@ def crash_message(
     unit: str, readiness: Readiness, journal: str, waited_s: float
 ) -> tuple[str, list[dict[str, str]]]:
     """The failure message for an instance that died while loading: the fatal line, not a timeout."""
-    errors = log_errors(parse_log(journal))
+    errors = []
+    for kind, line in log_errors(parse_log(journal)):
+        if kind not in (k for k, _ in errors):  # vLLM logs the root cause twice (worker and traceback)
+            errors.append((kind, line))
     # engine_init_failed is the wrapper; lead with the root cause when one was logged.
     errors.sort(key=lambda e: e[0] == "engine_init_failed")
     lines = [f"{unit} did not become ready: {readiness.reason} (after {waited_s:.0f} s)."]
@@ -696,7 +699,7 @@ def build_report(
 
     kept = {
         k: readiness[k]
-        for k in ("state", "reason", "waited_s", "timeout", "polls", "invocation_id")
+        for k in ("state", "reason", "waited_s", "timeout", "polls", "invocation_id", "unit_show")
         if k in readiness
     }
     return InstanceReport(

@@ -130,10 +130,16 @@ def verify(inv: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess
     )
 
 
-def record(inv: Path, work: Path, scenario: str, invocation: str, show_name: str) -> None:
+def report_of(reports: Path) -> dict:
+    (path,) = reports.glob("*--i0.json")
+    return json.loads(path.read_text())
+
+
+def record(inv: Path, work: Path, scenario: str, readiness: dict, show_name: str) -> None:
+    """The unit's state the wait judged on (its last `systemctl show`) and the journal of that start."""
     if not RECORD:
         return
-    show = on_host(inv, work / "tree", f"systemctl show -p {PROPS} vllm-fleet-i0.service")["stdout"]
+    show, invocation = readiness["unit_show"].strip(), readiness["invocation_id"]
     (FIXTURES / "systemctl").mkdir(exist_ok=True)
     (FIXTURES / "systemctl" / show_name).write_text(show + "\n")
     journal = on_host(inv, work / "tree", f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
@@ -146,7 +152,7 @@ def test_healthy_instance_passes_every_check(lab) -> None:
     reports = work / "reports-healthy"
     result = verify(inv, reports)
     assert result.returncode == 0, result.stdout[-6000:]
-    data = json.loads((reports / "verify-it-1--i0.json").read_text())
+    data = report_of(reports)
     assert data["ok"], [c for c in data["checks"] if not c["ok"]]
     names = {c["name"] for c in data["checks"]}
     assert {
@@ -166,8 +172,8 @@ def test_healthy_instance_passes_every_check(lab) -> None:
     assert data["metrics"]["ttft_count"] == 10
     assert "1/1 instances passed" in result.stdout
     # Verify only reads: nothing changed on the host.
-    assert re.search(r"verify-it-1\s*: ok=\d+\s+changed=0 ", result.stdout), result.stdout[-2000:]
-    record(inv, work, "healthy", data["readiness"]["invocation_id"], "running.txt")
+    assert re.search(rf"{data['host']}\s*: ok=\d+\s+changed=0 ", result.stdout), result.stdout[-2000:]
+    record(inv, work, "healthy", data["readiness"], "running.txt")
     if RECORD:
         missing = on_host(inv, work / "tree", f"systemctl show -p {PROPS} vllm-fleet-i9.service")["stdout"]
         (FIXTURES / "systemctl" / "not-found.txt").write_text(missing + "\n")
@@ -187,12 +193,12 @@ def test_kv_cache_smaller_than_max_model_len_fails_fast_with_the_fatal_line(lab)
     assert "To serve at least one request with the model's max seq len (4000000)" in result.stdout
     assert "Fix: lower max_model_len" in result.stdout
     assert "0/1 instances passed" in result.stdout
-    data = json.loads((reports / "verify-it-1--i0.json").read_text())
+    data = report_of(reports)
     readiness = data["readiness"]
     assert readiness["state"] == "crashed"
     assert readiness["timeout"] == READY_TIMEOUT
     assert readiness["waited_s"] < READY_TIMEOUT / 2, readiness
-    record(inv, work, "kv_too_small", readiness["invocation_id"], "crashed.txt")
+    record(inv, work, "kv_too_small", readiness, "crashed.txt")
 
 
 def test_rejected_argument_fails_fast_with_the_fatal_line(lab) -> None:
@@ -202,7 +208,7 @@ def test_rejected_argument_fails_fast_with_the_fatal_line(lab) -> None:
     result = verify(inv, reports)
     assert result.returncode != 0
     assert "unrecognized arguments: --kv-cache-memory-budget 1G" in result.stdout
-    data = json.loads((reports / "verify-it-1--i0.json").read_text())
+    data = report_of(reports)
     assert data["readiness"]["state"] == "crashed"
     assert data["readiness"]["waited_s"] < 120, data["readiness"]
-    record(inv, work, "bad_argument", data["readiness"]["invocation_id"], "crashed-bad-argument.txt")
+    record(inv, work, "bad_argument", data["readiness"], "crashed-bad-argument.txt")

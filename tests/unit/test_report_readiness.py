@@ -1,0 +1,141 @@
+"""Readiness decisions, the readiness deadline, instance plans → API targets (vllm_fleet.report).
+
+The `systemctl show` texts are recorded from real units in lab hosts (systemd 252, Debian bookworm):
+tests/fixtures/metrics/systemctl/*.txt, written by tests/integration/test_verify_lab.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.report import (
+    GIB,
+    UnitState,
+    api_target,
+    classify_readiness,
+    parse_systemctl_show,
+    ready_timeout,
+)
+
+SHOW = Path(__file__).resolve().parent.parent / "fixtures" / "metrics" / "systemctl"
+
+
+def _show(name: str) -> str:
+    return (SHOW / name).read_text()
+
+
+def test_loading_unit_with_refused_port_is_starting() -> None:
+    unit = UnitState(active_state="activating", sub_state="start", invocation_id="a", n_restarts=0)
+    verdict = classify_readiness(unit, None, None)
+    assert verdict.state == "starting" and not verdict.final
+
+
+def test_health_200_is_ready_and_503_is_engine_dead() -> None:
+    unit = UnitState(active_state="active", sub_state="running", invocation_id="a")
+    assert classify_readiness(unit, unit, 200).state == "ready"
+    dead = classify_readiness(unit, unit, 503)
+    assert dead.state == "engine_dead" and dead.final
+
+
+def test_restart_since_the_first_poll_is_a_crash_even_while_loading_again() -> None:
+    first = UnitState(active_state="activating", sub_state="start", invocation_id="a", n_restarts=0)
+    again = UnitState(active_state="activating", sub_state="start", invocation_id="b", n_restarts=1)
+    verdict = classify_readiness(again, first, None)
+    assert verdict.state == "crashed"
+    assert "NRestarts 0 -> 1" in verdict.reason
+
+
+def test_new_invocation_without_restart_count_is_a_crash() -> None:
+    first = UnitState(active_state="activating", invocation_id="a")
+    other = UnitState(active_state="activating", invocation_id="b")
+    assert classify_readiness(other, first, None).state == "crashed"
+
+
+def test_failed_and_auto_restart_are_crashes_stopped_is_not_waited_on() -> None:
+    failed = UnitState(active_state="failed", sub_state="failed", result="exit-code", exec_main_status=2)
+    assert classify_readiness(failed, None, None).state == "crashed"
+    assert "exit status 2" in classify_readiness(failed, None, None).reason
+    restarting = UnitState(active_state="activating", sub_state="auto-restart", result="exit-code")
+    assert classify_readiness(restarting, None, None).state == "crashed"
+    stopped = UnitState(active_state="inactive", sub_state="dead", result="success")
+    assert classify_readiness(stopped, None, None).state == "stopped"
+
+
+def test_recorded_systemctl_show_of_a_running_unit() -> None:
+    unit = parse_systemctl_show(_show("running.txt"), "vllm-fleet-i0.service")
+    assert unit.active_state == "active"
+    assert unit.sub_state == "running"
+    assert unit.main_pid > 0
+    assert len(unit.invocation_id) == 32
+
+
+def test_recorded_systemctl_show_of_a_crashed_unit() -> None:
+    unit = parse_systemctl_show(_show("crashed.txt"), "vllm-fleet-i0.service")
+    assert unit.active_state in ("failed", "activating")
+    assert unit.result == "exit-code"
+    assert classify_readiness(unit, None, None).state == "crashed"
+
+
+def test_unknown_unit_names_the_unit_and_the_fix() -> None:
+    with pytest.raises(FleetInputError, match=r"vllm-fleet-i9.service.*LoadState=not-found.*deploy"):
+        parse_systemctl_show(_show("not-found.txt"), "vllm-fleet-i9.service")
+
+
+def test_ready_timeout_scales_with_model_size_and_is_capped() -> None:
+    assert ready_timeout(None) == 300
+    assert ready_timeout(2_600_000) == 320  # the tiny lab model: under one GiB rounds up to one
+    assert ready_timeout(17 * GIB) == 300 + 17 * 20  # a 27B W4A16 checkpoint
+    assert ready_timeout(140 * GIB) == 3100  # 70B in bf16
+    assert ready_timeout(10_000 * GIB) == 3600
+
+
+def test_api_target_from_a_plan_with_argv_list() -> None:
+    plan = {
+        "instance": "i1",
+        "port": 8001,
+        "argv": [
+            "/opt/vllm-fleet/venv/bin/vllm",
+            "serve",
+            "/srv/models/qwen",
+            "--served-model-name",
+            "qwen3-27b",
+            "--max-model-len",
+            "32K",
+            "--host",
+            "0.0.0.0",
+            "--speculative-config",
+            '{"method":"mtp"}',
+        ],
+        "expectations": {},
+    }
+    target = api_target(plan)
+    assert target.unit == "vllm-fleet-i1.service"
+    assert target.base_url == "http://127.0.0.1:8001"
+    assert target.served_model_name == "qwen3-27b"
+    assert target.max_model_len == 32768  # vLLM reads K as 1024
+    assert target.spec_decode and target.prefix_caching
+    assert target.model_path == "/srv/models/qwen"
+
+
+def test_api_target_uses_the_listen_address_and_expectations() -> None:
+    plan = {
+        "instance": "i0",
+        "argv": "numactl --cpunodebind=0 --membind=0 vllm serve /m --host 10.0.0.5 --port 9000 "
+        "--no-enable-prefix-caching --max-model-len 4096",
+        "expectations": {"max_model_len": 2048},
+    }
+    target = api_target(plan)
+    assert target.base_url == "http://10.0.0.5:9000"
+    assert target.max_model_len == 2048
+    assert not target.prefix_caching
+    assert target.served_model_name == "/m"
+
+
+def test_api_target_rejects_a_plan_without_instance_name() -> None:
+    with pytest.raises(FleetInputError, match="no 'instance'"):
+        api_target({"argv": []})
+    with pytest.raises(FleetInputError, match=r"port 'abc' is not an integer"):
+        api_target({"instance": "i0", "port": "abc"})
