@@ -590,6 +590,7 @@ def _down_locked(root: Path, name: str, log: Log) -> dict[str, Any]:
     _signal(others, signal.SIGKILL)
     _wait_gone(others, 5)
     removed["processes"] += others
+    phases = {"stop": round(time.monotonic() - started, 2)}
     for pid in list(_children):
         if not _alive(pid):
             _children.pop(pid, None)
@@ -613,14 +614,17 @@ def _down_locked(root: Path, name: str, log: Log) -> dict[str, Any]:
     still_mounted = mounts_under(lab_dir)
     if still_mounted:
         raise LabError(f"lab {name}: still mounted after teardown: {', '.join(still_mounted)}")
+    phases["unmount_and_network"] = round(time.monotonic() - started - phases["stop"], 2)
     if lab_dir.exists():
+        # the hosts' writable layers: a vLLM venv is ~40k files, slow to delete on a busy disk
         shutil.rmtree(lab_dir)
     seconds = round(time.monotonic() - started, 2)
+    phases["remove_files"] = round(seconds - phases["stop"] - phases["unmount_and_network"], 2)
     log(
-        f"lab {name}: down in {seconds:.1f} s "
-        f"({len(nspawns)} hosts stopped, {len(removed['netns'])} namespaces)"
+        f"lab {name}: down in {seconds:.1f} s ({len(nspawns)} hosts stopped, {len(removed['netns'])} "
+        f"namespaces; " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in phases.items()) + ")"
     )
-    return {"name": name, "removed": removed, "seconds": seconds}
+    return {"name": name, "removed": removed, "seconds": seconds, "timings_s": phases}
 
 
 def known_labs(root: Path | None = None) -> list[str]:
