@@ -54,7 +54,8 @@ def vllm_service_files(
 def vllm_service_restart_list(
     files: list[dict[str, Any]], applied: dict[str, str], active: dict[str, str]
 ) -> list[dict[str, str]]:
-    return restart_list([InstanceFiles(**f) for f in files], applied or {}, active or {})
+    # the looped-over copies carry no env_text (secrets stay out of loop results)
+    return restart_list([InstanceFiles(**{"env_text": "", **f}) for f in files], applied or {}, active or {})
 
 
 def vllm_service_stale(markers_text: str, wanted: list[str]) -> list[str]:
