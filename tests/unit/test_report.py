@@ -289,3 +289,19 @@ def test_the_crashed_start_journal_from_a_lab_unit_gives_the_fatal_line() -> Non
     )
     assert [e["kind"] for e in errors] == ["max_model_len_exceeds_kv_cache", "engine_init_failed"]
     assert "max seq len (4000000)" in message.splitlines()[1]
+
+
+def test_the_rejected_flag_journal_from_a_lab_unit_gives_the_argparse_line() -> None:
+    message, errors = crash_message(
+        "vllm-fleet-i0.service",
+        Readiness("crashed", "auto-restart"),
+        _read("bad_argument", "journal.txt"),
+        20,
+    )
+    assert errors == [
+        {
+            "kind": "unrecognized_arguments",
+            "line": "vllm: error: unrecognized arguments: --kv-cache-memory-budget 1G",
+        }
+    ]
+    assert "Fix: the installed vLLM does not know a flag" in message
