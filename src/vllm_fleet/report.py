@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.logcheck import _EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
 from vllm_fleet.logcheck import Check, check_log, parse_log
 from vllm_fleet.metrics import MetricsSummary, summarize_metrics
 from vllm_fleet.sizes import parse_human_int
@@ -681,7 +682,12 @@ def build_report(
         log_report = parse_log(journal)
         log = _log_dict(log_report)
         # A healthy start logs its readiness and no fatal line, whatever else the plan expects.
-        expectations = {"ready": True, "no_errors": True, **dict(plan.get("expectations") or {})}
+        # The plan's expectations also carry keys for the API checks (port, served_model_name, ...) that
+        # check_log rejects as unknown: hand it only the log keys (minimal fix by the rollout engineer).
+        log_expectations = {
+            k: v for k, v in dict(plan.get("expectations") or {}).items() if k in LOG_EXPECTATION_KEYS
+        }
+        expectations = {"ready": True, "no_errors": True, **log_expectations}
         checks.extend(check_log(log_report, expectations))
         checks.append(check_restarts(unit, thresholds))
         checks.append(check_health(target, api.get("health")))
