@@ -448,23 +448,23 @@ def up(
         state = read_state(root, name)
         if state:
             running = lab.LabPlan.from_dict(state["plan"])
-            if [h.name for h in running.hosts] != [h.name for h in plan.hosts] or state.get(
+            same = [h.name for h in running.hosts] == [h.name for h in plan.hosts] and state.get(
                 "with_vllm"
-            ) != with_vllm:
-                if state.get("status") == "up":
-                    raise FleetInputError(
-                        f"lab {name!r} is already up with hosts {', '.join(h.name for h in running.hosts)}"
-                        f" (vllm artefacts: {state.get('with_vllm')}); "
-                        f"run `vllm-fleet lab down --name {name}` "
-                        "first or pick another --name"
-                    )
-            elif _running_ok(running, state):
+            ) == with_vllm
+            alive = _running_ok(running, state)
+            if alive and same:
                 if inventory_path:
                     write_inventory(running, inventory_path, with_vllm)
                 timings["check"] = round(time.monotonic() - started, 2)
                 log(f"lab {name}: already up ({len(running.hosts)} hosts), reused")
                 return _result(running, state, changed=False, timings=timings, inventory_path=inventory_path)
-            log(f"lab {name}: leftovers of an earlier run, cleaning them first")
+            if alive:
+                raise FleetInputError(
+                    f"lab {name!r} is already up with hosts {', '.join(h.name for h in running.hosts)}"
+                    f" (vllm artefacts: {state.get('with_vllm')}); run `vllm-fleet lab down --name {name}` "
+                    "first or pick another --name"
+                )
+            log(f"lab {name}: not running as recorded (crashed up, reboot?): cleaning up first")
             _down_locked(root, name, log)
         _check_subnet_free(root, plan)
         state = {"plan": plan.to_dict(), "with_vllm": with_vllm, "status": "starting", "pids": {}}

@@ -60,15 +60,31 @@ def leftovers(name: str) -> dict[str, list[str]]:
         ["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True, check=True
     ).stdout
     lab_dir = str(ROOT / "labs" / name)
+    lab_netns = [ln.split()[0] for ln in netns.splitlines() if lab.lab_of_netns(ln.split()[0]) == name]
+    # every process inside the lab's namespaces: containers' systemd and services, ProxyCommand netcats
+    contained = sorted(
+        int(pid)
+        for ns in lab_netns
+        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    )
     return {
-        "netns": [ln for ln in netns.splitlines() if lab.lab_of_netns(ln.split()[0]) == name],
+        "netns": lab_netns,
         "links": [ln for ln in links.splitlines() if tag in ln],
         "processes": [
             ln for ln in procs.splitlines() if f"--machine={name}-" in ln and "systemd-nspawn" in ln
         ],
+        "contained": contained,
         "mounts": [ln for ln in mounts.splitlines() if ln.startswith(lab_dir)],
         "dir": [lab_dir] if Path(lab_dir).exists() else [],
     }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def assert_clean(name: str) -> None:
@@ -171,11 +187,13 @@ def test_down_cleans_after_a_killed_up(lab_name):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         left = leftovers(lab_name)
-        assert left["netns"] and left["mounts"] and left["processes"], left
+        assert left["netns"] and left["mounts"] and left["processes"] and left["contained"], left
         status = json.loads(cli("status", "--name", lab_name, "--json").stdout)["labs"][0]
         assert status["status"] == "starting"
         cli("down", "--name", lab_name)
         assert_clean(lab_name)
+        alive = [p for p in left["contained"] if _alive(p)]
+        assert not alive, f"processes of the lab's containers survived: {alive}"
     finally:
         if child.poll() is None:
             child.kill()
@@ -203,4 +221,26 @@ def test_terminated_up_tears_itself_down(lab_name):
     _, err = child.communicate(timeout=120)
     assert child.returncode == 128 + signal.SIGTERM
     assert "tearing down" in err
+    assert_clean(lab_name)
+
+
+def test_up_recreates_a_lab_whose_host_died(lab_name, tmp_path):
+    inv = tmp_path / "inv.yml"
+    first = json.loads(cli("up", "--name", lab_name, "--hosts", "1", "--without-vllm", "--json").stdout)
+    pid = first["hosts"][0]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the container vanishes as after an OOM kill or a reboot
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = json.loads(cli("status", "--name", lab_name, "--json").stdout)["labs"][0]
+    assert status["hosts"][0]["running"] is False
+    orphans = leftovers(lab_name)["contained"]  # the container's own processes outlive nspawn
+    again = cli("up", "--name", lab_name, "--hosts", "1", "--without-vllm", "--inventory", str(inv), "--json")
+    result = json.loads(again.stdout)
+    assert result["changed"] is True and result["hosts"][0]["pid"] != pid
+    assert "cleaning up first" in again.stderr
+    assert not [p for p in orphans if _alive(p)]
+    ping = ansible_ping(inv)
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    cli("down", "--name", lab_name)
     assert_clean(lab_name)
