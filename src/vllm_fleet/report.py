@@ -268,6 +268,7 @@ def api_target(
         max_len = parse_human_int(options["max-model-len"], f"instance plan {name}: --max-model-len")
     prefix = "no-enable-prefix-caching" not in options and "disable-prefix-caching" not in options
     spec = any(k.startswith("speculative-config") for k in options) or "spec-method" in options
+    spec = bool(expectations.get("spec_decode", spec))
     return ApiTarget(
         instance=name,
         unit=str(plan.get("unit") or f"{unit_prefix}{name}.service"),
@@ -624,6 +625,20 @@ def _log_dict(report: Any) -> dict[str, Any]:
     return to_dict() if callable(to_dict) else {}
 
 
+def log_expectations(expectations: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan's expectations that the startup log can show, in `logcheck.check_log`'s keys.
+
+    The plan also carries what the log cannot show (port, served name: the API checks use those), and
+    `None` for what does not apply (custom all-reduce on one GPU). NUMA binding lines are expected only
+    when vLLM binds its own workers (mode `vllm`); under a numactl wrapper vLLM logs no binding.
+    """
+    out = {k: v for k, v in expectations.items() if k in LOG_EXPECTATION_KEYS and v is not None}
+    binding = expectations.get("numa_binding") or {}
+    if "numa_nodes" not in out and binding.get("mode") == "vllm" and binding.get("nodes"):
+        out["numa_nodes"] = sorted({int(n) for n in binding["nodes"]})
+    return out
+
+
 def check_readiness(readiness: Mapping[str, Any]) -> list[Check]:
     """The wait's verdict as checks: ready, or why not, with the fatal line(s) it read from the journal."""
     state = str(readiness.get("state", ""))
@@ -682,12 +697,7 @@ def build_report(
         log_report = parse_log(journal)
         log = _log_dict(log_report)
         # A healthy start logs its readiness and no fatal line, whatever else the plan expects.
-        # The plan's expectations also carry keys for the API checks (port, served_model_name, ...) that
-        # check_log rejects as unknown: hand it only the log keys (minimal fix by the rollout engineer).
-        log_expectations = {
-            k: v for k, v in dict(plan.get("expectations") or {}).items() if k in LOG_EXPECTATION_KEYS
-        }
-        expectations = {"ready": True, "no_errors": True, **log_expectations}
+        expectations = {"ready": True, "no_errors": True, **log_expectations(plan.get("expectations") or {})}
         checks.extend(check_log(log_report, expectations))
         checks.append(check_restarts(unit, thresholds))
         checks.append(check_health(target, api.get("health")))

@@ -16,6 +16,7 @@ from vllm_fleet.report import (
     UnitState,
     api_target,
     classify_readiness,
+    log_expectations,
     parse_systemctl_show,
     ready_timeout,
 )
@@ -139,3 +140,50 @@ def test_api_target_rejects_a_plan_without_instance_name() -> None:
         api_target({"argv": []})
     with pytest.raises(FleetInputError, match=r"port 'abc' is not an integer"):
         api_target({"instance": "i0", "port": "abc"})
+
+
+def test_plan_written_by_vllm_service_gives_log_expectations_and_target() -> None:
+    """The shape vllm_service writes to /etc/vllm-fleet/i0.json (read back from a lab host)."""
+    plan = {
+        "instance": "i0",
+        "unit": "vllm-fleet-i0.service",
+        "port": 8000,
+        "argv": [
+            "/usr/bin/numactl",
+            "--cpunodebind=0",
+            "--membind=0",
+            "/opt/vllm-fleet/venv/bin/vllm",
+            "serve",
+            "/srv/vllm-fleet-lab/models/tiny",
+            "--served-model-name",
+            "tiny",
+            "--max-model-len",
+            "256",
+            "--dtype",
+            "bfloat16",
+            "--enforce-eager",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+        ],
+        "expectations": {
+            "served_model_name": "tiny",
+            "tensor_parallel_size": 1,
+            "max_model_len": 256,
+            "kv_cache_dtype": "auto",
+            "custom_all_reduce_disabled": None,
+            "spec_decode": False,
+            "numa_binding": {"mode": "numactl", "nodes": [0]},
+            "port": 8000,
+        },
+    }
+    assert log_expectations(plan["expectations"]) == {"max_model_len": 256, "kv_cache_dtype": "auto"}
+    target = api_target(plan)
+    assert (target.base_url, target.served_model_name, target.spec_decode) == (
+        "http://127.0.0.1:8000",
+        "tiny",
+        False,
+    )
+    spanning = {"numa_binding": {"mode": "vllm", "nodes": [1, 0, 1, 0]}, "custom_all_reduce_disabled": True}
+    assert log_expectations(spanning) == {"custom_all_reduce_disabled": True, "numa_nodes": [0, 1]}
