@@ -16,6 +16,7 @@ from ansible.plugins.action import ActionBase
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.report import (
+    JOURNAL_ARGV,
     SYSTEMCTL_PROPERTIES,
     Readiness,
     UnitState,
@@ -78,11 +79,11 @@ class ActionModule(ActionBase):
     def _journal(self, unit: str, invocation_id: str, lines: int, task_vars: dict) -> tuple[str, str]:
         """The journal of one start of the unit; the unit's recent lines when that start logged nothing."""
         if invocation_id:
-            argv = ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation_id}"]
+            argv = [*JOURNAL_ARGV, f"_SYSTEMD_INVOCATION_ID={invocation_id}"]
             res = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
             if res.get("rc") == 0 and res.get("stdout", "").strip():
                 return res["stdout"], " ".join(argv)
-        argv = ["journalctl", "--no-pager", "-o", "cat", "-u", unit, "-n", str(lines)]
+        argv = [*JOURNAL_ARGV, "-u", unit, "-n", str(lines)]
         res = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
         return res.get("stdout", ""), " ".join(argv)
 

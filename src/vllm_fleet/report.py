@@ -282,6 +282,47 @@ def api_target(
     )
 
 
+# ---------------------------------------------------------------------------------------------- journal
+
+JOURNAL_ARGV = ("journalctl", "--no-pager", "-o", "json", "--output-fields=MESSAGE,_PID,_STREAM_ID")
+
+
+def _message(entry: Mapping[str, Any]) -> str:
+    message = entry.get("MESSAGE", "")
+    if isinstance(message, list):  # journald's JSON carries non-UTF-8 messages as byte arrays
+        return bytes(b for b in message if isinstance(b, int) and 0 <= b < 256).decode("utf-8", "replace")
+    return str(message)
+
+
+def journal_text(text: str, main_pid: int | None = None) -> str:
+    """The log text of one start from `journalctl -o json` (`JOURNAL_ARGV`); other formats pass through.
+
+    A process left over from an earlier start (vLLM's EngineCore outliving a stop) still writes to its old
+    stdout stream, and journald files those lines under the unit's current invocation: seen in a lab host,
+    an old EngineCore's "EngineCore failed to start" inside a healthy start's journal. Only the streams of
+    this start count: those the main process (`main_pid`) wrote to, or, when it is gone (a crash), the
+    stream of the start's first line; vLLM's children inherit their parent's stream.
+    """
+    entries = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if not line.startswith("{"):
+            return text
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return text
+        if not isinstance(entry, dict):
+            return text
+        entries.append(entry)
+    streams = {e.get("_STREAM_ID") for e in entries if main_pid and str(e.get("_PID")) == str(main_pid)}
+    if not streams and entries:
+        streams = {entries[0].get("_STREAM_ID")}
+    return "\n".join(_message(e) for e in entries if e.get("_STREAM_ID") in streams)
+
+
 # ------------------------------------------------------------------------------------------ crash report
 
 FATAL_HINTS = {
@@ -317,7 +358,7 @@ def crash_message(
 ) -> tuple[str, list[dict[str, str]]]:
     """The failure message for an instance that died while loading: the fatal line, not a timeout."""
     errors = []
-    for kind, line in log_errors(parse_log(journal)):
+    for kind, line in log_errors(parse_log(journal_text(journal))):
         if kind not in (k for k, _ in errors):  # vLLM logs the root cause twice (worker and traceback)
             errors.append((kind, line))
     # engine_init_failed is the wrapper; lead with the root cause when one was logged.
@@ -330,7 +371,7 @@ def crash_message(
             lines.append(f"Fix: {FATAL_HINTS[kind]}.")
         lines.extend(f"Also logged ({k}): {ln.strip()}" for k, ln in errors[1:3])
     else:
-        tail = [ln for ln in journal.splitlines() if ln.strip()][-5:]
+        tail = [ln for ln in journal_text(journal).splitlines() if ln.strip()][-5:]
         lines.append("No known fatal line in this start's journal; its last lines:")
         lines.extend(f"  {ln}" for ln in tail)
     return "\n".join(lines), [{"kind": k, "line": ln} for k, ln in errors]
@@ -694,7 +735,7 @@ def build_report(
     summary = MetricsSummary()
 
     if not readiness or readiness.get("state") == "ready":
-        log_report = parse_log(journal)
+        log_report = parse_log(journal_text(journal, unit.main_pid))
         log = _log_dict(log_report)
         # A healthy start logs its readiness and no fatal line, whatever else the plan expects.
         expectations = {"ready": True, "no_errors": True, **log_expectations(plan.get("expectations") or {})}

@@ -23,6 +23,7 @@ from vllm_fleet.report import (
     failure_message,
     fleet_summary,
     fleet_table,
+    journal_text,
     load_reports,
     probe_prompt,
     save_report,
@@ -305,3 +306,31 @@ def test_the_rejected_flag_journal_from_a_lab_unit_gives_the_argparse_line() -> 
         }
     ]
     assert "Fix: the installed vLLM does not know a flag" in message
+
+
+def test_a_leftover_process_of_an_earlier_start_does_not_fail_a_healthy_start() -> None:
+    """stray_process/: a healthy start whose invocation journal also holds an old EngineCore's fatal line."""
+    raw = _read("stray_process", "journal.json")
+    show = _read("stray_process", "systemctl-show.txt")
+    assert "EngineCore failed to start" in raw  # the stray line is there in what journald returns
+    text = journal_text(raw, main_pid=3908)
+    assert "EngineCore failed to start" not in text
+    assert "CPU KV cache size: 1,048,576 tokens" in text
+    assert journal_text(raw) == text  # after a crash (no main PID): the stream of the start's first line
+    plan = _plan()
+    plan["expectations"] = {
+        "max_model_len": 256,
+        "kv_cache_dtype": "auto",
+        "port": 8000,
+        "spec_decode": False,
+    }
+    report = build_report(
+        host="ver-1",
+        plan=plan,
+        journal=raw,
+        unit_show=show,
+        api=_api(),
+        metrics_before=None,
+        metrics_after=None,
+    )
+    assert [c.name for c in report.failed()] == []
