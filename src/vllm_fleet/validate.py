@@ -565,18 +565,18 @@ def _capacity_rules(
                 f"{plan.estimated_max_model_len:,}"
             )
         else:
-            warnings.append(
-                f"vllm_service_max_model_len: a {spec.max_model_len:,}-token request needs the CPU offload "
-                "tier "
-                f"(GPU KV holds {plan.gpu_kv_tokens:,} tokens); expect slower prefill for such requests"
+            # vLLM's start-up check (_check_enough_kv_cache_memory in vllm/v1/core/kv_cache_planning.py,
+            # 0.33) demands that one max_model_len request fit every worker's GPU KV cache; a KV connector's
+            # CPU tier is not counted, so such a plan never reaches "ready".
+            errors.append(
+                f"vllm_service_max_model_len: one {spec.max_model_len:,}-token request would fit the GPU KV "
+                f"cache plus the CPU tier, but not the GPU KV cache alone ({plan.gpu_kv_tokens:,} tokens at "
+                f"{spec.kv_cache_memory_bytes:,} B per GPU x TP {tp}), and vLLM refuses to start then: its "
+                "start-up check counts GPU KV memory only, not the offload tier; raise "
+                "vllm_service_kv_cache_memory_bytes or lower vllm_service_max_model_len to "
+                f"{plan.estimated_max_model_len:,} (the CPU tier still serves prefix-cache hits beyond the "
+                "GPU)"
             )
-            if spec.scheduler_reserve_full_isl is not False and release.has("--scheduler-reserve-full-isl"):
-                warnings.append(
-                    "vllm_service_scheduler_reserve_full_isl: left on, the scheduler admits a request only "
-                    "when "
-                    "its whole input fits the GPU KV cache, so requests longer than "
-                    f"{plan.gpu_kv_tokens:,} tokens wait forever; set it to false with the CPU tier"
-                )
     if spec.max_num_seqs is not None:
         per_request = spec.avg_input_len or spec.max_model_len
         reachable = plan.gpu_kv_tokens // max(1, per_request)

@@ -126,10 +126,17 @@ def test_request_that_fits_nowhere():
     assert _has(errors, "set vllm_service_kv_offload_cpu_bytes >=")
 
 
-def test_request_that_fits_with_the_cpu_tier():
-    errors, warnings = _errors(seed_spec(rope_scaling={}), model=model_config(QWEN3_14B))
+def test_request_that_fits_only_with_the_cpu_tier_is_refused():
+    # vLLM's start-up check counts GPU KV memory only (kv_cache_planning._check_enough_kv_cache_memory).
+    errors, _ = _errors(seed_spec(rope_scaling={}), model=model_config(QWEN3_14B))
+    assert _has(errors, "would fit the GPU KV cache plus the CPU tier, but not the GPU KV cache alone")
+    assert _has(errors, "vLLM refuses to start")
+
+
+def test_request_that_fits_on_the_gpus_is_not_refused():
+    errors, _ = _errors(seed_spec(rope_scaling={}), model=model_config("qwen3.6-27b"))
     assert not _has(errors, "does not fit")
-    assert _has(warnings, "needs the CPU offload tier")
+    assert not _has(errors, "would fit the GPU KV cache plus the CPU tier")
 
 
 def test_request_without_cpu_tier_that_does_not_fit():
@@ -141,14 +148,6 @@ def test_request_without_cpu_tier_that_does_not_fit():
     )
     errors, _ = _errors(spec, model=model_config(QWEN3_14B))
     assert _has(errors, "no CPU tier is configured")
-
-
-def test_reserve_full_isl_left_on_with_a_cpu_tier_is_flagged():
-    spec = seed_spec(scheduler_reserve_full_isl=None, rope_scaling={})
-    _, warnings = _errors(spec, model=model_config(QWEN3_14B))
-    assert _has(warnings, "vllm_service_scheduler_reserve_full_isl: left on")
-    _, warnings = _errors(seed_spec(rope_scaling={}), model=model_config(QWEN3_14B))
-    assert not _has(warnings, "scheduler_reserve_full_isl")
 
 
 # --- max_num_seqs unreachable
