@@ -4,6 +4,7 @@ One lab (`vllm-fleet lab up`), vLLM installed by playbooks/install.yml, then thr
 under a real systemd (tests/integration/verify/hand_unit.yml writes the unit and the plan as vllm_service
 does; the verify role reads only what is on the host):
 
+- deployed by the real roles (playbooks/deploy.yml): every check passes, in --check too;
 - healthy: every check passes, a JSON report is saved, the fleet table prints, nothing changes on the host;
 - a max_model_len its 1 GiB KV cache cannot hold, and a flag vLLM rejects: the play fails at the first poll
   after the crash, well before the readiness deadline, with vLLM's fatal line in the message.
@@ -144,6 +145,23 @@ def record(inv: Path, work: Path, scenario: str, readiness: dict, show_name: str
     (FIXTURES / "systemctl" / show_name).write_text(show + "\n")
     journal = on_host(inv, work / "tree", f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}")
     (FIXTURES / scenario / "journal.txt").write_text(journal["stdout"] + "\n")
+
+
+def test_instance_deployed_by_vllm_service_passes_every_check(lab) -> None:
+    """The real path: playbooks/deploy.yml (gpu_topology + vllm_service) with the embedded lab's variables."""
+    inv, work = lab
+    lab_vars = "@inventory/group_vars/lab/vllm.yml"
+    deployed = playbook(inv, "playbooks/deploy.yml", "-e", lab_vars, timeout=1800)
+    assert deployed.returncode == 0, deployed.stdout[-4000:]
+    reports = work / "reports-deployed"
+    result = verify(inv, reports, "-e", lab_vars)
+    assert result.returncode == 0, result.stdout[-6000:]
+    data = report_of(reports)
+    assert data["ok"] and data["log"]["kv_cache_tokens"] == 1048576
+    assert data["target"]["base_url"] == "http://127.0.0.1:8000"  # --host 0.0.0.0: called on loopback
+    check_mode = verify(inv, work / "reports-check", "-e", lab_vars, "--check")
+    assert check_mode.returncode == 0, check_mode.stdout[-4000:]
+    assert "1/1 instances passed" in check_mode.stdout
 
 
 def test_healthy_instance_passes_every_check(lab) -> None:
