@@ -15,10 +15,14 @@ import pytest
 
 from vllm_fleet.cli import main as cli_main
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.logcheck import parse_log
+from vllm_fleet.metrics import MetricsSummary
 from vllm_fleet.report import (
     Readiness,
     Thresholds,
+    api_target,
     build_report,
+    check_metrics,
     crash_message,
     failure_message,
     fleet_summary,
@@ -334,3 +338,23 @@ def test_a_leftover_process_of_an_earlier_start_does_not_fail_a_healthy_start() 
         metrics_after=None,
     )
     assert [c.name for c in report.failed()] == []
+
+
+@pytest.mark.parametrize(
+    ("log", "ok", "rate"),
+    [
+        ("spec-2026-mtp2-high-load-kv-usage-97pct-vllm-43295.txt", True, 0.885),  # MTP-2 under load
+        ("spec-2026-dflash-15pos-low-acceptance-aeon7-6.txt", False, 0.091),  # DFlash, 15 positions
+    ],
+)
+def test_spec_acceptance_from_the_real_specdecoding_line_when_metrics_lack_it(
+    log: str, ok: bool, rate: float
+) -> None:
+    """Real `SpecDecoding metrics` lines posted by users (tests/fixtures/vllm-logs, vLLM 2026 builds)."""
+    spec = parse_log((FIX.parent / "vllm-logs" / log).read_text()).spec_decode
+    target = api_target({"instance": "i0", "argv": ["vllm", "serve", "/m", "--speculative-config", "{}"]})
+    check = next(
+        c for c in check_metrics(target, MetricsSummary(), Thresholds(), spec) if c.name.startswith("spec")
+    )
+    assert (check.ok, check.seen) == (ok, pytest.approx(rate))
+    assert check.expected == ">= 0.30"
