@@ -32,7 +32,7 @@ ARGUMENT_SPEC = {
     "address": {"type": "str"},
     "unit_prefix": {"type": "str", "default": "vllm-fleet-"},
     "timeout": {"type": "int", "default": 0},
-    "timeout_base": {"type": "int", "default": 300},
+    "timeout_base": {"type": "int", "default": 600},
     "timeout_per_gib": {"type": "int", "default": 20},
     "interval": {"type": "float", "default": 2.0},
     "request_timeout": {"type": "int", "default": 5},

@@ -35,7 +35,7 @@ options:
   timeout_base:
     description: Seconds of the derived deadline for engine start without the weights.
     type: int
-    default: 300
+    default: 600
   timeout_per_gib:
     description: Seconds of the derived deadline per GiB of weights.
     type: int

@@ -86,10 +86,11 @@ def test_unknown_unit_names_the_unit_and_the_fix() -> None:
 
 
 def test_ready_timeout_scales_with_model_size_and_is_capped() -> None:
-    assert ready_timeout(None) == 300
-    assert ready_timeout(2_600_000) == 320  # the tiny lab model: under one GiB rounds up to one
-    assert ready_timeout(17 * GIB) == 300 + 17 * 20  # a 27B W4A16 checkpoint
-    assert ready_timeout(140 * GIB) == 3100  # 70B in bf16
+    assert ready_timeout(None) == 600
+    assert ready_timeout(2_600_000) == 620  # the tiny lab model: under one GiB rounds up to one
+    assert ready_timeout(17 * GIB) == 600 + 17 * 20  # a 27B W4A16 checkpoint
+    assert ready_timeout(140 * GIB) == 3400  # 70B in bf16
+    assert ready_timeout(None, base_s=300) == 300
     assert ready_timeout(10_000 * GIB) == 3600
 
 
