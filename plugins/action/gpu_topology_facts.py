@@ -18,7 +18,7 @@ from ansible.plugins.action import ActionBase
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.layout import plan_layout
 from vllm_fleet.probe import CommandResult, probe_report, select_outputs
-from vllm_fleet.topology import RECORDED_COMMANDS, build_topology, read_recorded_dir
+from vllm_fleet.topology import RECORDED_COMMANDS, build_topology_from_texts, read_recorded_dir
 from vllm_fleet.tuning import parse_host_state
 
 ARGUMENT_SPEC = {
@@ -29,11 +29,6 @@ ARGUMENT_SPEC = {
     "base_port": {"type": "int", "default": 8000},
     "host_state_cmd": {"type": "str"},
 }
-
-def _model_value(config: dict[str, Any], key: str) -> Any:
-    """A head count from config.json, or from its text_config (multimodal models nest it there)."""
-    return config.get(key) or (config.get("text_config") or {}).get(key)
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -82,21 +77,12 @@ class ActionModule(ActionBase):
                     rc, out, _ = self._run_command(args["host_state_cmd"], task_vars)
                     if rc == 0:
                         host_state = parse_host_state(out)
-            topology = build_topology(
-                topo_m=texts.get("topo_m"),
-                p2p=texts.get("p2p_read"),
-                p2p_write=texts.get("p2p_write"),
-                numactl=texts.get("numactl"),
-                lscpu=texts.get("lscpu"),
-                query_gpu=texts.get("query_gpu"),
-                sysfs_numa=texts.get("sysfs_numa"),
-            )
+            topology = build_topology_from_texts(texts)
             config = args.get("model_config") or {}
             layout = plan_layout(
                 topology,
                 args.get("tensor_parallel_size"),
-                num_attention_heads=_model_value(config, "num_attention_heads"),
-                num_key_value_heads=_model_value(config, "num_key_value_heads"),
+                model_config=config,
                 vllm_version=args.get("vllm_version") or None,
                 base_port=args["base_port"],
             )
