@@ -302,8 +302,8 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
             reasons.append(
                 "kernel.numa_balancing=0: "
                 + (
-                    f"instances {', '.join(bound)} are bound to NUMA nodes, so the kernel must not migrate "
-                    "their pages"
+                    f"instances bound to NUMA nodes ({', '.join(bound)}): the kernel must not migrate their "
+                    "pages away from their node"
                     if bound
                     else "asked for (host_tuning_numa_balancing: off)"
                 )
