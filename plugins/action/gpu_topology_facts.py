@@ -30,6 +30,7 @@ ARGUMENT_SPEC = {
     "host_state_cmd": {"type": "str"},
 }
 
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True

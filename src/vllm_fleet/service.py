@@ -268,8 +268,8 @@ def instance_files(
         options=options,
     )
     plan_text = json.dumps(plan, indent=2, sort_keys=False) + "\n"
-    # What runs: the unit (its ExecStart is the argv) and the environment. The plan's prose (warnings, reasons)
-    # may change wording between releases of vllm-fleet without restarting anything.
+    # What runs: the unit (its ExecStart is the argv) and the environment. The plan's prose (warnings,
+    # reasons) may change wording between releases of vllm-fleet without restarting anything.
     digest = hashlib.sha256("\0".join([text, env_text, json.dumps(argv)]).encode()).hexdigest()
     return InstanceFiles(
         name=name,

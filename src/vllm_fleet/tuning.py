@@ -385,9 +385,7 @@ def boot_commands(plan: TuningPlan) -> list[str]:
 
 def unit_exec_starts(plan: TuningPlan) -> list[str]:
     """`boot_commands` as ExecStart= values: systemd expands `$` and `%` itself, so they are doubled."""
-    return [
-        "/bin/sh -c '" + cmd.replace("$", "$$").replace("%", "%%") + "'" for cmd in boot_commands(plan)
-    ]
+    return ["/bin/sh -c '" + cmd.replace("$", "$$").replace("%", "%%") + "'" for cmd in boot_commands(plan)]
 
 
 def report_text(plan: TuningPlan, changes: list[str], applied: bool) -> str:

@@ -103,6 +103,7 @@ def test_the_live_run_on_the_real_h200_machine_planned_the_same() -> None:
     assert live["topology"]["links"] == fact["topology"]["links"]
     assert live["topology"]["p2p"] == fact["topology"]["p2p"]
     assert live["topology"]["numa_known"] is False
+
     # the plan itself, not its prose (the planner's wording may improve after the capture)
     def plan(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v for k, v in i.items() if k not in ("reasons", "warnings")} for i in instances]

@@ -152,8 +152,9 @@ def test_one_gib_pages_go_on_the_kernel_command_line_and_need_a_reboot() -> None
     assert plan.reboot_required
     assert not any(p.endswith("nr_hugepages") for p, _ in plan.sysfs)
     booted = HostState(**{**s.__dict__, "cmdline": s.cmdline + " hugepagesz=1G hugepages=0:110,1:110"})
-    assert not plan_tuning(booted, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB),
-                           TuningOptions(page_size_kb=PAGE_1G_KB)).reboot_required
+    assert not plan_tuning(
+        booted, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), TuningOptions(page_size_kb=PAGE_1G_KB)
+    ).reboot_required
     # Ubuntu 22.04's 5.15 kernel predates per-node counts: the total, split evenly by the kernel
     assert kernel_cmdline_for(plan.hugepages, "5.15.0-91-generic") == ["hugepagesz=1G", "hugepages=220"]
 
