@@ -11,8 +11,8 @@ description:
     output on the controller with C(vllm_fleet).
   - With O(recorded_dir), reads the same files from a folder on the controller instead, to plan for hardware
     that is not in hand.
-  - A host without C(nvidia-smi) gets a CPU-only layout and report, not a failure. A host whose C(nvidia-smi)
-    exists but fails is refused (its driver is broken; planning it as CPU-only would be wrong).
+  - A host without C(nvidia-smi) gets a CPU-only layout and report, not a failure. A host whose
+    C(nvidia-smi) exists but fails is refused (its driver is broken; planning it as CPU-only would be wrong).
   - Changes nothing on the host.
 version_added: "0.1.0"
 options:
@@ -66,7 +66,7 @@ gpu_topology:
       description: C(vllm_fleet.topology.Topology.to_dict()) (GPUs, links, P2P, NUMA nodes, CPU).
       type: dict
     layout:
-      description: C(vllm_fleet.layout.Layout.to_dict()) (instances with GPUs, port, NUMA binding, env, reasons).
+      description: C(vllm_fleet.layout.Layout.to_dict()) (instances: GPUs, port, NUMA binding, env, reasons).
       type: dict
     cpu_only:
       description: True when the host has no NVIDIA driver (no C(nvidia-smi)).
