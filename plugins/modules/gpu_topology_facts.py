@@ -6,9 +6,9 @@ module: gpu_topology_facts
 short_description: GPU, link, P2P and NUMA topology of a host, and the vLLM instance layout planned for it
 description:
   - Runs, with the stock C(ansible.builtin.command) module, the read-only commands of
-    C(vllm_fleet.topology.RECORDED_COMMANDS) on the host (C(nvidia-smi topo -m), C(topo -p2p r), C(topo -p2p w),
-    C(--query-gpu), C(numactl --hardware), C(lscpu), the PCI devices' sysfs C(numa_node)) and parses their
-    output on the controller with C(vllm_fleet).
+    C(vllm_fleet.topology.RECORDED_COMMANDS) on the host (C(nvidia-smi topo -m), C(topo -p2p r),
+    C(topo -p2p w), C(--query-gpu), C(numactl --hardware), C(lscpu), the PCI devices' sysfs C(numa_node)) and
+    parses their output on the controller with C(vllm_fleet).
   - With O(recorded_dir), reads the same files from a folder on the controller instead, to plan for hardware
     that is not in hand.
   - A host without C(nvidia-smi) gets a CPU-only layout and report, not a failure. A host whose
@@ -66,7 +66,7 @@ gpu_topology:
       description: C(vllm_fleet.topology.Topology.to_dict()) (GPUs, links, P2P, NUMA nodes, CPU).
       type: dict
     layout:
-      description: C(vllm_fleet.layout.Layout.to_dict()) (instances: GPUs, port, NUMA binding, env, reasons).
+      description: C(vllm_fleet.layout.Layout.to_dict()), the instances with GPUs, port, NUMA binding, env.
       type: dict
     cpu_only:
       description: True when the host has no NVIDIA driver (no C(nvidia-smi)).
@@ -75,7 +75,7 @@ gpu_topology:
       description: The readable report.
       type: str
     source:
-      description: C(probed live) or C(recorded: <folder>).
+      description: "C(probed live) or C(recorded: <folder>)."
       type: str
     notes:
       description: Commands that were missing or failed, and were left out.
