@@ -153,3 +153,16 @@ def test_recorded_dir_plans_without_touching_the_host() -> None:
 def test_missing_recorded_dir_names_the_folder() -> None:
     with pytest.raises(AnsibleActionFail, match="recorded-hardware folder '/nonexistent/x' does not exist"):
         run(make_action({"recorded_dir": "/nonexistent/x"}, None))
+
+
+def test_module_documentation_is_valid_yaml_for_ansible_doc() -> None:
+    import ast
+
+    import yaml
+
+    tree = ast.parse((ROOT / "plugins" / "modules" / "gpu_topology_facts.py").read_text())
+    docs = {n.targets[0].id: n.value.value for n in tree.body if isinstance(n, ast.Assign)}
+    assert set(docs) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+    parsed = {k: yaml.safe_load(v) for k, v in docs.items()}
+    assert set(parsed["DOCUMENTATION"]["options"]) == set(plugin.ARGUMENT_SPEC)
+    assert set(parsed["RETURN"]["gpu_topology"]["contains"]) >= {"topology", "layout", "cpu_only", "report"}
