@@ -273,7 +273,10 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
                 f"{', '.join(h.instances)} (+{options.margin_fraction:.0%} margin)"
             )
     sysfs: list[tuple[str, str]] = []
-    if options.page_size_kb == PAGE_2M_KB:
+    if not any(h.pages for h in hugepages):
+        # Nothing to reserve: leave the kernel's pool alone (it may serve something else, e.g. DPDK).
+        reasons.append("no CPU KV tier planned: the hugepage pool is left as it is")
+    elif options.page_size_kb == PAGE_2M_KB:
         for h in hugepages:
             path = f"{NODE_SYSFS}/node{h.node}/hugepages/hugepages-{PAGE_2M_KB}kB/nr_hugepages"
             sysfs.append((path, str(h.pages)))
@@ -335,7 +338,7 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
 def runtime_changes(plan: TuningPlan, state: HostState) -> list[str]:
     """Where the running host differs from the plan (what applying at runtime would change)."""
     changes = []
-    if plan.page_size_kb == PAGE_2M_KB:
+    if plan.page_size_kb == PAGE_2M_KB and any(h.pages for h in plan.hugepages):
         for h in plan.hugepages:
             now = state.hugepages.get((h.node, PAGE_2M_KB), 0)
             if now != h.pages:
@@ -390,7 +393,9 @@ def unit_exec_starts(plan: TuningPlan) -> list[str]:
 
 def report_text(plan: TuningPlan, changes: list[str], applied: bool) -> str:
     lines = ["host tuning plan:"]
-    for h in plan.hugepages:
+    if not any(h.pages for h in plan.hugepages):
+        lines.append("  hugepages: none planned (the pool is left as it is)")
+    for h in plan.hugepages if any(h.pages for h in plan.hugepages) else []:
         size = f"{h.bytes / 2**30:.2f} GiB"
         lines.append(f"  node {h.node}: {h.pages} hugepages of {h.page_size_kb} kB ({size})")
     for key, value in sorted(plan.sysctl.items()):

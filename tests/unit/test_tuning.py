@@ -167,6 +167,13 @@ def test_single_node_vm_without_cpufreq_and_nothing_bound() -> None:
     assert not any(p == GOVERNOR_GLOB for p, _ in plan.sysfs)
     assert any("no cpufreq" in r for r in plan.reasons)
     assert [h.pages for h in plan.hugepages] == [0]
+    # nothing to reserve: the pool is not touched (it may serve something else)
+    assert not any(p.endswith("nr_hugepages") for p, _ in plan.sysfs)
+    assert "no CPU KV tier planned: the hugepage pool is left as it is" in plan.reasons
+    reserved = HostState(**{**s.__dict__, "hugepages": {(0, 2048): 512, (0, PAGE_1G_KB): 0}})
+    assert runtime_changes(plan_tuning(reserved, kv_tier_needs(layout, 0), TuningOptions()), reserved) == [
+        "transparent hugepages defrag: madvise -> defer+madvise"
+    ]
     changes = runtime_changes(plan, s)
     assert changes == ["transparent hugepages defrag: madvise -> defer+madvise"]
     text = report_text(plan, changes, applied=False)
