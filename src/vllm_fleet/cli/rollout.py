@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -186,6 +187,11 @@ def _handle(args: argparse.Namespace) -> int:
             verbosity=args.verbose or None,
         )
         status, rc = runner.status, runner.rc
+        # the playbook's own output, for the failures the summary only names
+        run_dir.mkdir(parents=True, exist_ok=True)
+        stdout = Path(runner.stdout.name) if hasattr(runner.stdout, "name") else None
+        if stdout is not None and stdout.is_file():
+            shutil.copyfile(stdout, run_dir / "ansible.log")
     finished = time.time()
     if args.events:
         with open(args.events, "w", encoding="utf-8") as handle:
