@@ -147,6 +147,8 @@ class ActionModule(ActionBase):
         journal, source = self._journal(
             unit, baseline.invocation_id if baseline else "", args["journal_lines"], task_vars
         )
-        msg, errors = crash_message(unit, verdict, journal, waited)
+        # The PID seen while it loaded picks this start's lines out of the journal (see journal_text).
+        main_pid = next((s.main_pid for s in (baseline, state) if s and s.main_pid), None)
+        msg, errors = crash_message(unit, verdict, journal, waited, main_pid)
         result.update(failed=True, msg=msg, errors=errors, journal_source=source)
         return result

@@ -300,9 +300,9 @@ def journal_text(text: str, main_pid: int | None = None) -> str:
 
     A process left over from an earlier start (vLLM's EngineCore outliving a stop) still writes to its old
     stdout stream, and journald files those lines under the unit's current invocation: seen in a lab host,
-    an old EngineCore's "EngineCore failed to start" inside a healthy start's journal. Only the streams of
-    this start count: those the main process (`main_pid`) wrote to, or, when it is gone (a crash), the
-    stream of the start's first line; vLLM's children inherit their parent's stream.
+    an old EngineCore's "EngineCore failed to start" inside a healthy start's journal. With the start's
+    main PID known, only the streams that process wrote to count (vLLM's children inherit them); without
+    it (the process died before anyone saw its PID) every line counts, so a fatal line is never lost.
     """
     entries = []
     for line in text.splitlines():
@@ -319,9 +319,7 @@ def journal_text(text: str, main_pid: int | None = None) -> str:
             return text
         entries.append(entry)
     streams = {e.get("_STREAM_ID") for e in entries if main_pid and str(e.get("_PID")) == str(main_pid)}
-    if not streams and entries:
-        streams = {entries[0].get("_STREAM_ID")}
-    return "\n".join(_message(e) for e in entries if e.get("_STREAM_ID") in streams)
+    return "\n".join(_message(e) for e in entries if not streams or e.get("_STREAM_ID") in streams)
 
 
 # ------------------------------------------------------------------------------------------ crash report
@@ -355,11 +353,12 @@ def log_errors(log_report: Any) -> list[tuple[str, str]]:
 
 
 def crash_message(
-    unit: str, readiness: Readiness, journal: str, waited_s: float
+    unit: str, readiness: Readiness, journal: str, waited_s: float, main_pid: int | None = None
 ) -> tuple[str, list[dict[str, str]]]:
     """The failure message for an instance that died while loading: the fatal line, not a timeout."""
     errors = []
-    for kind, line in log_errors(parse_log(journal_text(journal))):
+    text = journal_text(journal, main_pid)
+    for kind, line in log_errors(parse_log(text)):
         if kind not in (k for k, _ in errors):  # vLLM logs the root cause twice (worker and traceback)
             errors.append((kind, line))
     # engine_init_failed is the wrapper; lead with the root cause when one was logged.
@@ -372,7 +371,7 @@ def crash_message(
             lines.append(f"Fix: {FATAL_HINTS[kind]}.")
         lines.extend(f"Also logged ({k}): {ln.strip()}" for k, ln in errors[1:3])
     else:
-        tail = [ln for ln in journal_text(journal).splitlines() if ln.strip()][-5:]
+        tail = [ln for ln in text.splitlines() if ln.strip()][-5:]
         lines.append("No known fatal line in this start's journal; its last lines:")
         lines.extend(f"  {ln}" for ln in tail)
     return "\n".join(lines), [{"kind": k, "line": ln} for k, ln in errors]

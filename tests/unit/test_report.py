@@ -320,7 +320,7 @@ def test_a_leftover_process_of_an_earlier_start_does_not_fail_a_healthy_start() 
     text = journal_text(raw, main_pid=3908)
     assert "EngineCore failed to start" not in text
     assert "CPU KV cache size: 1,048,576 tokens" in text
-    assert journal_text(raw) == text  # after a crash (no main PID): the stream of the start's first line
+    assert "EngineCore failed to start" in journal_text(raw)  # PID unknown: every line counts
     plan = _plan()
     plan["expectations"] = {
         "max_model_len": 256,
