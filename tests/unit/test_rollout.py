@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -231,3 +233,50 @@ def test_format_summary_table() -> None:
     assert lines[1].startswith("h1 (canary)  ok") and "42.2s" in lines[1]
     assert "rolled_back" in lines[2] and "verify: boom" in lines[2]
     assert "rollout failed in 90.0s: 1 ok, 1 rolled_back" in text
+
+
+# Recorded from a real `vllm-fleet rollout --events` on three lab hosts (vLLM 0.32.0 CPU): the canary's new
+# argv (--max-num-seqs 0) was refused by vLLM at startup, the canary was rolled back, the rollout stopped (the
+# lab was torn down under the re-verification, so the canary ended `down`).
+EVENTS = Path(__file__).resolve().parents[1] / "fixtures" / "rollout" / "events-canary-rejected-lab.jsonl"
+
+
+def recorded_events() -> list[dict]:
+    return [json.loads(line) for line in EVENTS.read_text(encoding="utf-8").splitlines()]
+
+
+def test_digest_of_a_recorded_canary_failure() -> None:
+    digest = rollout.digest_events(recorded_events())
+    assert digest.plays == [
+        "Preflight checks (controller side, nothing changes)",
+        "Rollout | mark the hosts that passed preflight",
+        "Rollout | plan on the controller",
+        "Rollout | canary",
+        "Rollout | batches",
+        "Rollout | summary",
+    ]
+    assert sorted(digest.failed) == ["localhost", "ro1-1"]
+    assert any("failed verification" in f for f in digest.failed["ro1-1"])
+    assert digest.failed["localhost"] == [
+        "Fail when the rollout did not finish well: rollout failed: canary failed: ro1-1"
+    ]
+    assert digest.unreachable == {}
+    # the hosts after the canary were never changed
+    assert rollout.changed_total(digest, ["ro1-2", "ro1-3"]) == 0
+    # the turn's rescue (roll back) and the rollback's own rescue (its verification failed too)
+    assert digest.stats["ro1-1"]["rescued"] == 2
+
+
+def test_progress_lines_of_a_recorded_canary_failure() -> None:
+    lines = [line for line in map(rollout.progress_line, recorded_events()) if line]
+    steps = [line.strip() for line in lines if line.startswith("   ro1-1: ") and "FAILED" not in line]
+    assert steps == [
+        "ro1-1: start",
+        "ro1-1: connect",
+        "ro1-1: keep the last-known-good configuration",
+        "ro1-1: deploy",
+        "ro1-1: verify",
+        "ro1-1: roll back to the last-known-good configuration",
+    ]
+    assert "   rollout stops: canary failed: ro1-1" in lines
+    assert not any(line.startswith(("   ro1-2", "   ro1-3")) for line in lines)
