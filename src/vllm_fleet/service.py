@@ -25,15 +25,25 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INSTANCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 # vLLM polls nothing itself: ExecStartPost waits here until /health answers, so systemd's start timeout is the
-# model-load deadline and `systemctl is-active` means "serving".
+# model-load deadline and `systemctl is-active` means "serving". It gives up as soon as the main process is
+# gone (systemd passes MAINPID to ExecStartPost): a crash while loading then fails the start at once instead
+# of leaving the unit "activating" until the start timeout.
 WAIT_READY = (
-    "import sys, time, urllib.request\n"
+    "import os, sys, time, urllib.request\n"
+    "pid = int(os.environ.get('MAINPID') or 0)\n"
     "while True:\n"
     "    try:\n"
     "        urllib.request.urlopen(sys.argv[1], timeout=5)\n"
     "        break\n"
     "    except Exception:\n"
-    "        time.sleep(2)\n"
+    "        pass\n"
+    "    try:\n"
+    "        pid and os.kill(pid, 0)\n"
+    "    except ProcessLookupError:\n"
+    "        sys.exit('vLLM exited before ' + sys.argv[1] + ' answered')\n"
+    "    except PermissionError:\n"
+    "        pass\n"
+    "    time.sleep(2)\n"
 )
 
 
