@@ -143,6 +143,10 @@ def classify_readiness(unit: UnitState, baseline: UnitState | None, health_statu
         )
     if unit.active_state in ("inactive", "deactivating"):
         return Readiness("stopped", f"the unit is {unit.active_state} (Result={unit.result}); start it first")
+    if health_status == 200 and unit.active_state == "activating":
+        # vllm_service's ExecStartPost polls /health too; until it has seen the answer the unit is still
+        # "activating (start-post)", and a check of its state taken now would fail a healthy start.
+        return Readiness("starting", "/health answered 200; the unit's start is completing (start-post)")
     if health_status == 200:
         return Readiness("ready", "/health answered 200")
     if health_status == 503:

@@ -188,3 +188,12 @@ def test_plan_written_by_vllm_service_gives_log_expectations_and_target() -> Non
     )
     spanning = {"numa_binding": {"mode": "vllm", "nodes": [1, 0, 1, 0]}, "custom_all_reduce_disabled": True}
     assert log_expectations(spanning) == {"custom_all_reduce_disabled": True, "numa_nodes": [0, 1]}
+
+
+def test_health_answering_while_the_unit_is_still_in_start_post_is_not_ready_yet():
+    # Seen in the lab (molecule default): /health answered 200 a moment before the unit's ExecStartPost
+    # wait did, and the restart/state check then saw "activating (start-post)".
+    unit = UnitState(active_state="activating", sub_state="start-post", invocation_id="a", n_restarts=0)
+    assert classify_readiness(unit, unit, 200).state == "starting"
+    done = UnitState(active_state="active", sub_state="running", invocation_id="a", n_restarts=0)
+    assert classify_readiness(done, unit, 200).state == "ready"
