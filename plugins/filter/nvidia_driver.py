@@ -7,19 +7,12 @@ the message (which names the variable, the value and the fix).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from vllm_fleet import driver
-    from vllm_fleet.errors import FleetInputError
-except ImportError:  # a checkout used without `pip install -e .` (the air-gapped GPU host): use its src/
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from vllm_fleet import driver
-    from vllm_fleet.errors import FleetInputError
+from vllm_fleet import driver
+from vllm_fleet.errors import FleetInputError
 
 
 def _pin(branch: Any, version: Any, open_kernel_modules: Any) -> driver.DriverPin:

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import base64
-import sys
-from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from vllm_fleet import vllm_install
-    from vllm_fleet.errors import FleetInputError
-except ImportError:  # a checkout used without `pip install -e .`: use its src/
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from vllm_fleet import vllm_install
-    from vllm_fleet.errors import FleetInputError
+from vllm_fleet import vllm_install
+from vllm_fleet.errors import FleetInputError
 
 
 def vllm_install_plan(

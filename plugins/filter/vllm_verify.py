@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-try:
-    from vllm_fleet import report
-except ImportError:  # a checkout used without `pip install -e .`: use its src/
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from vllm_fleet import report
+from vllm_fleet import report
 
 
 def vllm_verify_probe_prompt(
