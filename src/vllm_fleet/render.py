@@ -202,7 +202,7 @@ def render_instance(
         env=env,
         secret_env_names=secret_env_names,
         port=port,
-        vllm_version=str(vllm_version),
+        vllm_version=flagcat.public_version(vllm_version),
         catalog_release=release.version,
         expectations=expectations,
         warnings=_unique(warnings),

