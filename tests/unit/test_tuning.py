@@ -128,7 +128,8 @@ def test_negative_inputs_are_refused() -> None:
 
 def test_full_plan_on_the_two_socket_host() -> None:
     s = two_node_state()
-    plan = plan_tuning(s, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), TuningOptions())
+    plan = plan_tuning(s, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), TuningOptions(reserve_hugepages=True))
+    assert any("never in that pool" in w for w in plan.warnings)  # asked for, but said what it costs
     assert plan.sysctl == {"kernel.numa_balancing": "0"}
     assert (GOVERNOR_GLOB, "performance") in plan.sysfs
     assert ("/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages", "56320") in plan.sysfs
@@ -147,14 +148,13 @@ def test_full_plan_on_the_two_socket_host() -> None:
 
 def test_one_gib_pages_go_on_the_kernel_command_line_and_need_a_reboot() -> None:
     s = two_node_state()
-    plan = plan_tuning(s, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), TuningOptions(page_size_kb=PAGE_1G_KB))
+    one_gib = TuningOptions(page_size_kb=PAGE_1G_KB, reserve_hugepages=True)
+    plan = plan_tuning(s, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), one_gib)
     assert plan.kernel_cmdline == ["hugepagesz=1G", "hugepages=0:110,1:110"]
     assert plan.reboot_required
     assert not any(p.endswith("nr_hugepages") for p, _ in plan.sysfs)
     booted = HostState(**{**s.__dict__, "cmdline": s.cmdline + " hugepagesz=1G hugepages=0:110,1:110"})
-    assert not plan_tuning(
-        booted, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), TuningOptions(page_size_kb=PAGE_1G_KB)
-    ).reboot_required
+    assert not plan_tuning(booted, kv_tier_needs(LAYOUT_2xTP2, 100 * GiB), one_gib).reboot_required
     # Ubuntu 22.04's 5.15 kernel predates per-node counts: the total, split evenly by the kernel
     assert kernel_cmdline_for(plan.hugepages, "5.15.0-91-generic") == ["hugepagesz=1G", "hugepages=220"]
 
@@ -169,7 +169,7 @@ def test_single_node_vm_without_cpufreq_and_nothing_bound() -> None:
     assert [h.pages for h in plan.hugepages] == [0]
     # nothing to reserve: the pool is not touched (it may serve something else)
     assert not any(p.endswith("nr_hugepages") for p, _ in plan.sysfs)
-    assert "no CPU KV tier planned: the hugepage pool is left as it is" in plan.reasons
+    assert any(r.startswith("no hugetlb pool planned") for r in plan.reasons) and plan.shm is None
     reserved = HostState(**{**s.__dict__, "hugepages": {(0, 2048): 512, (0, PAGE_1G_KB): 0}})
     assert runtime_changes(plan_tuning(reserved, kv_tier_needs(layout, 0), TuningOptions()), reserved) == [
         "transparent hugepages defrag: madvise -> defer+madvise"
@@ -193,3 +193,49 @@ def test_unit_exec_starts_escape_dollar_for_systemd() -> None:
     lines = unit_exec_starts(plan)
     assert lines[-1] == f"/bin/sh -c 'for f in {GOVERNOR_GLOB}; do echo performance > \"$$f\"; done'"
     assert all(line.startswith("/bin/sh -c '") and line.endswith("'") for line in lines)
+
+
+def test_the_cpu_kv_tier_sizes_dev_shm_not_a_hugetlb_pool() -> None:
+    """vLLM >= 0.25 maps the tier in /dev/shm (SharedOffloadRegion checks the tmpfs's free space): the default
+    plan sizes /dev/shm for both instances' tiers, with THP on it, and reserves no pool (recorded state)."""
+    s = state("host-state-controller-vm-shm.txt")
+    assert s.shm_size_bytes == 25276502016 and s.shmem_thp
+    assert s.shm_options == ("rw", "relatime", "size=24684084k")
+    layout = {"instances": [{"name": n, "gpus": [], "numa_binding": {"mode": "none"}} for n in ("i0", "i1")]}
+    plan = plan_tuning(s, kv_tier_needs(layout, 5 * GiB), TuningOptions())
+    assert [h.pages for h in plan.hugepages] == [0]
+    assert not any(p.endswith("nr_hugepages") for p, _ in plan.sysfs)
+    assert plan.shm is not None
+    # 2 x 5 GiB + 10 % = 11 GiB fits the 23.5 GiB tmpfs: its size stays, only huge= changes
+    assert plan.shm.needed_bytes == 11 * GiB
+    assert plan.shm.options == ["size=24105m", "huge=within_size"] and plan.shm.remount == [
+        "huge=within_size"
+    ]
+    assert plan.shm.fstab_line == "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=24105m,huge=within_size 0 0"
+    assert "/dev/shm: 23.54 GiB -> remount with huge=within_size" in runtime_changes(plan, s)
+
+
+def test_dev_shm_grows_to_the_need_and_a_converged_host_changes_nothing() -> None:
+    s = state("host-state-controller-vm-shm.txt")
+    layout = {"instances": [{"name": "i0", "gpus": [], "numa_binding": {"mode": "none"}}]}
+    small = HostState(**{**s.__dict__, "shm_size_bytes": 4 * GiB, "shm_options": ("rw", "size=4194304k")})
+    plan = plan_tuning(small, kv_tier_needs(layout, 16 * GiB), TuningOptions(shm_huge=None))
+    assert plan.shm is not None and plan.shm.remount == ["size=18023m"]  # ceil(17.6 GiB) in MiB
+    # what the kernel shows after `mount -o remount,size=18023m /dev/shm`: nothing left to do, same fstab line
+    grown = HostState(**{**small.__dict__, "shm_size_bytes": 18023 * 2**20})
+    again = plan_tuning(grown, kv_tier_needs(layout, 16 * GiB), TuningOptions(shm_huge=None))
+    assert again.shm is not None and again.shm.remount == []
+    assert not any(c.startswith("/dev/shm") for c in runtime_changes(again, grown))
+    assert again.shm.fstab_line == plan.shm.fstab_line
+    with pytest.raises(FleetInputError, match=r"host_tuning_cpu_kv_bytes: the CPU KV tiers need 22\.0 GiB"):
+        plan_tuning(s, kv_tier_needs(layout, 20 * GiB), TuningOptions())
+    with pytest.raises(FleetInputError, match="host_tuning_shm_huge: 'huge'"):
+        plan_tuning(s, kv_tier_needs(layout, GiB), TuningOptions(shm_huge="huge"))
+
+
+def test_a_kernel_without_tmpfs_thp_keeps_small_pages_with_a_warning() -> None:
+    s = state("host-state-controller-vm-1node.txt")  # recorded before shmem_enabled was read: absent
+    layout = {"instances": [{"name": "i0", "gpus": [], "numa_binding": {"mode": "none"}}]}
+    plan = plan_tuning(s, kv_tier_needs(layout, GiB), TuningOptions())
+    assert plan.shm is not None and plan.shm.options == ["size=1127m"] and s.shm_size_bytes is None
+    assert any("no transparent hugepages for tmpfs" in w for w in plan.warnings)

@@ -34,13 +34,14 @@ def host_tuning_plan(
     layout: dict[str, Any],
     *,
     cpu_kv_bytes: Any = 0,
-    hugepages: bool = True,
+    hugepages: bool = False,
     page_size: str = "2M",
     margin: float = 0.10,
     max_node_fraction: float = 0.90,
     thp_enabled: str = "",
     thp_defrag: str = "",
     governor: str = "",
+    shm_huge: str = "",
     numa_balancing: str = "auto",
     user: str = "vllm",
     applied: bool = True,
@@ -62,8 +63,10 @@ def host_tuning_plan(
             governor=governor or None,
             numa_balancing=str(numa_balancing),
             service_user=user,
+            reserve_hugepages=bool(hugepages),
+            shm_huge=shm_huge or None,
         )
-        needs = kv_tier_needs(layout, _kv_bytes(cpu_kv_bytes) if hugepages else 0)
+        needs = kv_tier_needs(layout, _kv_bytes(cpu_kv_bytes))
         plan = plan_tuning(state, needs, options)
         changes = runtime_changes(plan, state)
     except FleetInputError as exc:
@@ -76,6 +79,7 @@ def host_tuning_plan(
         "exec_starts": unit_exec_starts(plan),
         "boot_commands": boot_commands(plan),
         "kernel_cmdline": plan.kernel_cmdline,
+        "shm": plan.to_dict()["shm"],
         "reboot_required": plan.reboot_required,
         "report": report_text(plan, changes, applied),
     }
