@@ -44,6 +44,9 @@ class HostState:
     governors_available: tuple[str, ...]
     cmdline: str
     kernel_release: str
+    # /proc/meminfo's MemTotal: the nodes' sysfs totals can be far smaller (a VM whose memory is onlined
+    # lazily: 4.5 GB on node 0 of a 126 GiB H200 guest), and /dev/shm is limited by the host's total
+    memory_bytes: int | None = None
     shm_size_bytes: int | None = None  # None: no tmpfs mounted on /dev/shm (or not read)
     shm_options: tuple[str, ...] = ()
     shmem_thp: bool = False  # the kernel offers transparent hugepages for tmpfs (huge= mount option)
@@ -126,9 +129,10 @@ def _bracketed(value: str) -> str | None:
 def parse_host_state(text: str) -> HostState:
     """Parse `grep -H . <files>` output (one `path:line` per line) of the files the role reads.
 
-    Files: node*/meminfo, node*/hugepages/hugepages-*/nr_hugepages, THP enabled/defrag,
-    /proc/sys/kernel/numa_balancing, cpu0's scaling_governor and scaling_available_governors, /proc/cmdline,
-    /proc/sys/kernel/osrelease. A missing file is simply absent.
+    Files: node*/meminfo and /proc/meminfo (MemTotal), node*/hugepages/hugepages-*/nr_hugepages, THP
+    enabled/defrag/shmem_enabled, /proc/sys/kernel/numa_balancing, cpu0's scaling_governor and
+    scaling_available_governors, /proc/cmdline, /proc/sys/kernel/osrelease, and `/dev/shm:<bytes> <options>`
+    from findmnt. A missing file is simply absent.
     """
     memory: dict[int, int] = {}
     hugepages: dict[tuple[int, int], int] = {}
@@ -149,6 +153,7 @@ def parse_host_state(text: str) -> HostState:
             continue
         values[path] = value.strip()  # the last line wins (findmnt lists stacked mounts, the top one last)
     shm_size, _, shm_options = values.get(SHM_PATH, "").partition(" ")
+    host_total = re.match(r"MemTotal:\s+(\d+)\s*kB", values.get("/proc/meminfo", ""))
     governor = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
     available = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_available_governors", "")
     return HostState(
@@ -161,6 +166,7 @@ def parse_host_state(text: str) -> HostState:
         governors_available=tuple(available.split()),
         cmdline=values.get("/proc/cmdline", ""),
         kernel_release=values.get("/proc/sys/kernel/osrelease", ""),
+        memory_bytes=int(host_total.group(1)) * 1024 if host_total else None,
         shm_size_bytes=int(shm_size) if shm_size.isdigit() else None,
         shm_options=tuple(o for o in shm_options.split(",") if o),
         shmem_thp=f"{THP_SYSFS}/shmem_enabled" in values,
@@ -275,7 +281,7 @@ def plan_shm(
             f"host_tuning_shm_huge: {huge!r} is not one of {', '.join(SHM_HUGE_MODES)} (or '' to leave it)"
         )
     needed = math.ceil(total * (1 + Fraction(str(margin_fraction))))
-    memory = sum(state.node_memory_bytes.values())
+    memory = max(state.memory_bytes or 0, sum(state.node_memory_bytes.values()))
     if memory and needed > max_fraction * memory:
         raise FleetInputError(
             f"host_tuning_cpu_kv_bytes: the CPU KV tiers need {needed / 2**30:.1f} GiB of /dev/shm with the "

@@ -239,3 +239,19 @@ def test_a_kernel_without_tmpfs_thp_keeps_small_pages_with_a_warning() -> None:
     plan = plan_tuning(s, kv_tier_needs(layout, GiB), TuningOptions())
     assert plan.shm is not None and plan.shm.options == ["size=1127m"] and s.shm_size_bytes is None
     assert any("no transparent hugepages for tmpfs" in w for w in plan.warnings)
+
+
+def test_recorded_h200_guest_plans_from_the_host_total_not_the_lazily_onlined_node() -> None:
+    """tests/fixtures/probe/h200-shm: node 0's sysfs says 4.7 GB, /proc/meminfo 126 GiB; /dev/shm is 128 GiB.
+    The same 64 GiB tier the live run there planned (its report is in tune-shm-run1.log)."""
+    s = parse_host_state((FIXTURES / "h200-shm" / "host-state-h200-shm.txt").read_text())
+    assert s.node_memory_bytes == {0: 4681200 * 1024} and s.memory_bytes == 131981020 * 1024
+    assert s.shm_size_bytes == 128 * GiB and s.shm_options[-1] == "size=134217728k"  # the top mount
+    layout = {"instances": [{"name": "i0", "gpus": [0], "numa_binding": {"mode": "none"}}]}
+    plan = plan_tuning(s, kv_tier_needs(layout, 64 * GiB), TuningOptions())
+    assert plan.shm is not None and plan.shm.remount == ["huge=within_size"]
+    assert plan.shm.fstab_line == "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=131072m,huge=within_size 0 0"
+    live = (FIXTURES / "h200-shm" / "tune-shm-run1.log").read_text()
+    shm_line = next(line for line in report_text(plan, [], applied=True).splitlines() if "/dev/shm:" in line)
+    assert f'"{shm_line}"' in live  # the line the live run printed, character for character
+    assert "changed=0" in (FIXTURES / "h200-shm" / "tune-shm-run2.log").read_text()
