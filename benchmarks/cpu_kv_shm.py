@@ -3,7 +3,7 @@
 
     sudo python3 benchmarks/cpu_kv_shm.py [--size-gib 8] [--modes never,within_size] [--reps 5]
 
-For each huge= mode, /dev/shm is remounted with it and one region is made the way vLLM >= 0.25 makes its CPU
+For each huge= mode, /dev/shm is remounted with it and one region is made the way vLLM >= 0.20 makes its CPU
 KV tier (vllm/v1/kv_offload/cpu/shared_offload_region.py + host_register.py): a file in /dev/shm, ftruncate,
 mmap MAP_SHARED, pre-faulted with MADV_POPULATE_WRITE, then pinned with cudaHostRegister. Printed per mode:
 the share of the region backed by huge pages (ShmemHugePages), the time to fault it in and to pin it (both

@@ -22,7 +22,7 @@ THP_MODES = ("always", "madvise", "never")
 THP_DEFRAG_MODES = ("always", "defer", "defer+madvise", "madvise", "never")
 NODE_SYSFS = "/sys/devices/system/node"
 THP_SYSFS = "/sys/kernel/mm/transparent_hugepage"
-# vLLM's CPU KV tier lives in /dev/shm (>= 0.25: SharedOffloadRegion, checked against the tmpfs's free space).
+# vLLM's CPU KV tier lives in /dev/shm (>= 0.20: SharedOffloadRegion; >= 0.30 checks the tmpfs's free space).
 SHM_PATH = "/dev/shm"
 SHM_HUGE_MODES = ("never", "always", "within_size", "advise")
 MiB = 2**20

@@ -196,8 +196,9 @@ def test_unit_exec_starts_escape_dollar_for_systemd() -> None:
 
 
 def test_the_cpu_kv_tier_sizes_dev_shm_not_a_hugetlb_pool() -> None:
-    """vLLM >= 0.25 maps the tier in /dev/shm (SharedOffloadRegion checks the tmpfs's free space): the default
-    plan sizes /dev/shm for both instances' tiers, with THP on it, and reserves no pool (recorded state)."""
+    """vLLM >= 0.20 maps the tier in /dev/shm (SharedOffloadRegion; >= 0.30 checks its free space): the
+    default plan sizes /dev/shm for both instances' tiers, with THP on it, and reserves no pool (a recorded
+    state)."""
     s = state("host-state-controller-vm-shm.txt")
     assert s.shm_size_bytes == 25276502016 and s.shmem_thp
     assert s.shm_options == ("rw", "relatime", "size=24684084k")
