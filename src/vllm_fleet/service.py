@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.flags import parse_version
 from vllm_fleet.render import systemd_quote_word
 from vllm_fleet.report import api_target
 
@@ -318,6 +319,29 @@ def restart_list(
                 }
             )
     return todo
+
+
+# From this release vLLM maps each instance's CPU KV tier in a /dev/shm file (SharedOffloadRegion); before
+# 0.30 nothing checks the tmpfs's space, and an undersized one faults (SIGBUS) instead of refusing to start.
+SHM_TIER_SINCE = (0, 20, 0)
+
+
+def shm_shortfall(tier_bytes: int, instances: int, shm_size_bytes: int | None, vllm_version: str) -> str:
+    """Why the instances' CPU KV tiers cannot all fit in /dev/shm; '' when they fit, when vLLM keeps the tier
+    elsewhere (before 0.20) or when the host has no /dev/shm tmpfs to judge."""
+    if tier_bytes <= 0 or instances < 1 or shm_size_bytes is None:
+        return ""
+    if parse_version(vllm_version) < SHM_TIER_SINCE:
+        return ""
+    needed = tier_bytes * instances
+    if needed <= shm_size_bytes:
+        return ""
+    return (
+        f"vllm_service_kv_offload_cpu_bytes: {instances} instance(s) x {tier_bytes / 2**30:.2f} GiB of CPU "
+        f"KV tier need {needed / 2**30:.2f} GiB in /dev/shm, where vLLM {vllm_version} maps it, but /dev/shm "
+        f"holds {shm_size_bytes / 2**30:.2f} GiB; run playbooks/tune.yml first (host_tuning sizes /dev/shm "
+        "for the tier), or lower the tier. Nothing was changed."
+    )
 
 
 def stale_instances(unit_markers: Mapping[str, str], wanted: list[str]) -> list[str]:

