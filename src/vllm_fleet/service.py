@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.flags import parse_version
+from vllm_fleet.flags import parse_version, public_version
 from vllm_fleet.render import systemd_quote_word
 from vllm_fleet.report import api_target
 
@@ -336,9 +336,10 @@ def shm_shortfall(tier_bytes: int, instances: int, shm_size_bytes: int | None, v
     needed = tier_bytes * instances
     if needed <= shm_size_bytes:
         return ""
+    release = public_version(vllm_version)
     return (
         f"vllm_service_kv_offload_cpu_bytes: {instances} instance(s) x {tier_bytes / 2**30:.2f} GiB of CPU "
-        f"KV tier need {needed / 2**30:.2f} GiB in /dev/shm, where vLLM {vllm_version} maps it, but /dev/shm "
+        f"KV tier need {needed / 2**30:.2f} GiB in /dev/shm, where vLLM {release} maps it, but /dev/shm "
         f"holds {shm_size_bytes / 2**30:.2f} GiB; run playbooks/tune.yml first (host_tuning sizes /dev/shm "
         "for the tier), or lower the tier. Nothing was changed."
     )

@@ -31,7 +31,7 @@ def test_tiers_that_fit_pass_and_ones_that_do_not_are_refused_with_the_fix() -> 
     assert shm_shortfall(1 * GiB, 2, LAB_SHM, "0.32.0") == ""
     message = shm_shortfall(2 * GiB, 2, LAB_SHM, "0.32.0+cpu")
     assert message.startswith("vllm_service_kv_offload_cpu_bytes: 2 instance(s) x 2.00 GiB of CPU KV")
-    assert "4.00 GiB in /dev/shm" in message and "holds 2.35 GiB" in message
+    assert "4.00 GiB in /dev/shm, where vLLM 0.32.0 maps it" in message and "holds 2.35 GiB" in message
     assert "run playbooks/tune.yml first" in message and "Nothing was changed." in message
 
 
