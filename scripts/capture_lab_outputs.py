@@ -38,7 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from vllm_fleet import report, tinymodel  # noqa: E402
+from vllm_fleet.lab import tinymodel  # noqa: E402
+from vllm_fleet.verify import report  # noqa: E402
 
 PROMPT = (
     "vllm-fleet verification request. The quick brown fox jumps over the lazy dog while the fleet checks "

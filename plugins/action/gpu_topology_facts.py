@@ -1,10 +1,11 @@
 """Action plugin: GPU/NUMA topology facts and the instance layout of one host.
 
 Thin by design: on the host it runs only the stock `ansible.builtin.command` module, once per command of
-`vllm_fleet.topology.RECORDED_COMMANDS` (nvidia-smi topo -m / -p2p r / -p2p w / --query-gpu, numactl
+`vllm_fleet.probe.topology.RECORDED_COMMANDS` (nvidia-smi topo -m / -p2p r / -p2p w / --query-gpu, numactl
 --hardware, lscpu, sysfs numa_node) plus the host_tuning state read (hugepages per node); or, with
 `recorded_dir`, it reads those files from a folder on the controller instead. Parsing and planning happen
-here, on the controller, in `vllm_fleet.topology`, `vllm_fleet.layout` and `vllm_fleet.probe`. Changes
+here, on the controller, in `vllm_fleet.probe.topology`, `vllm_fleet.plan.layout` and
+`vllm_fleet.probe.outputs`. Changes
 nothing.
 """
 
@@ -16,10 +17,10 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.layout import plan_layout
-from vllm_fleet.probe import CommandResult, probe_report, select_outputs
-from vllm_fleet.topology import RECORDED_COMMANDS, build_topology_from_texts, read_recorded_dir
-from vllm_fleet.tuning import parse_host_state
+from vllm_fleet.plan.layout import plan_layout
+from vllm_fleet.plan.tuning import parse_host_state
+from vllm_fleet.probe.outputs import CommandResult, probe_report, select_outputs
+from vllm_fleet.probe.topology import RECORDED_COMMANDS, build_topology_from_texts, read_recorded_dir
 
 ARGUMENT_SPEC = {
     "recorded_dir": {"type": "path"},
@@ -39,7 +40,7 @@ class ActionModule(ActionBase):
         """(rc, stdout, stderr); rc None when the command does not exist on the host.
 
         Through /bin/sh, so that a missing binary is the status 127 (the sysfs read needs a glob anyway);
-        the commands are fixed strings of vllm_fleet.topology, nothing from the inventory.
+        the commands are fixed strings of vllm_fleet.probe.topology, nothing from the inventory.
         """
         res = self._execute_module(
             module_name="ansible.builtin.command",

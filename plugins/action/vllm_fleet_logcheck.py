@@ -1,7 +1,8 @@
 """Action plugin: check one vLLM instance's startup journal, API answers and /metrics against its plan.
 
 Runs on the controller only: the role hands it the raw text it gathered on the host with stock modules, and
-`vllm_fleet.report.build_report` (which calls `vllm_fleet.logcheck.parse_log`/`check_log`, the functions
+`vllm_fleet.verify.report.build_report` (which calls `vllm_fleet.verify.logcheck.parse_log`/`check_log`, the
+functions
 behind `vllm-fleet logcheck`) gives the verdict. The JSON report is written on the controller, one file per
 host and instance; a failed check fails the host with what was expected, what was seen, and where.
 """
@@ -12,7 +13,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.report import Thresholds, build_report, failure_message, save_report
+from vllm_fleet.verify.report import Thresholds, build_report, failure_message, save_report
 
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},

@@ -1,7 +1,8 @@
 """Action plugin: render and validate every instance's `vllm serve` command of one host (on the controller).
 
-Thin by design: the schema, the per-release spelling and every rule live in `vllm_fleet.schema`,
-`vllm_fleet.render` and `vllm_fleet.validate`; this plugin only collects the inputs (the `vllm_service_*`
+Thin by design: the schema, the per-release spelling and every rule live in `vllm_fleet.render.schema`,
+`vllm_fleet.render.serve` and `vllm_fleet.render.validate`; this plugin only collects the inputs (the
+`vllm_service_*`
 variables, the layout from the `gpu_topology` fact, the vLLM version, the model config, the topology), calls
 them and fails the task with every error at once. Touches no host.
 """
@@ -15,8 +16,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.render import render_instance
-from vllm_fleet.schema import PREFIX, ServeSpec
+from vllm_fleet.render.schema import PREFIX, ServeSpec
+from vllm_fleet.render.serve import render_instance
 
 display = Display()
 

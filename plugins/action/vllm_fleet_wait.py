@@ -1,9 +1,10 @@
 """Action plugin: wait until a vLLM instance answers /health, failing fast with the fatal log line on a crash.
 
 Thin by design: every poll runs two stock modules on the host (`ansible.builtin.command` for `systemctl show`,
-`ansible.builtin.uri` for /health) and `vllm_fleet.report.classify_readiness` decides. A unit that dies while
+`ansible.builtin.uri` for /health) and `vllm_fleet.verify.report.classify_readiness` decides. A unit that
+dies while
 loading is caught at the next poll (NRestarts, a new InvocationID, failed or auto-restart), and the journal of
-the start that was waited on is read and parsed with `vllm_fleet.logcheck`, so the message carries the
+the start that was waited on is read and parsed with `vllm_fleet.verify.logcheck`, so the message carries the
 fatal line.
 """
 
@@ -15,7 +16,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.report import (
+from vllm_fleet.verify.report import (
     JOURNAL_ARGV,
     SYSTEMCTL_PROPERTIES,
     Readiness,

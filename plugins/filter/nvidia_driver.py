@@ -1,4 +1,4 @@
-"""Filters for the nvidia_driver and cuda_toolkit roles: thin adapters over `vllm_fleet.driver`.
+"""Filters for the nvidia_driver and cuda_toolkit roles: thin adapters over `vllm_fleet.deploy.driver`.
 
 The roles gather raw text on the host (the probe script, dpkg-query, the repository key); these filters run
 on the controller and return plain dicts/lists. A `FleetInputError` becomes an `AnsibleFilterError` carrying
@@ -11,7 +11,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from vllm_fleet import driver
+from vllm_fleet.deploy import driver
 from vllm_fleet.errors import FleetInputError
 
 

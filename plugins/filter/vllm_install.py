@@ -1,4 +1,4 @@
-"""Filters for the vllm_install role: thin adapters over `vllm_fleet.vllm_install`."""
+"""Filters for the vllm_install role: thin adapters over `vllm_fleet.deploy.vllm_install`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from vllm_fleet import vllm_install
+from vllm_fleet.deploy import vllm_install
 from vllm_fleet.errors import FleetInputError
 
 

@@ -1,10 +1,10 @@
-"""Filters for the vllm_verify role: thin adapters over `vllm_fleet.report`."""
+"""Filters for the vllm_verify role: thin adapters over `vllm_fleet.verify.report`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vllm_fleet import report
+from vllm_fleet.verify import report
 
 
 def vllm_verify_probe_prompt(

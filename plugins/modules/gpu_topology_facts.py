@@ -6,7 +6,7 @@ module: gpu_topology_facts
 short_description: GPU, link, P2P and NUMA topology of a host, and the vLLM instance layout planned for it
 description:
   - Runs, with the stock C(ansible.builtin.command) module, the read-only commands of
-    C(vllm_fleet.topology.RECORDED_COMMANDS) on the host (C(nvidia-smi topo -m), C(topo -p2p r),
+    C(vllm_fleet.probe.topology.RECORDED_COMMANDS) on the host (C(nvidia-smi topo -m), C(topo -p2p r),
     C(topo -p2p w), C(--query-gpu), C(numactl --hardware), C(lscpu), the PCI devices' sysfs C(numa_node)) and
     parses their output on the controller with C(vllm_fleet).
   - With O(recorded_dir), reads the same files from a folder on the controller instead, to plan for hardware
@@ -17,7 +17,8 @@ description:
 version_added: "0.1.0"
 options:
   recorded_dir:
-    description: Controller folder of recorded outputs (file names of C(vllm_fleet.topology.RECORDED_FILES)).
+    description: Controller folder of recorded outputs (file names of
+      C(vllm_fleet.probe.topology.RECORDED_FILES)).
     type: path
   tensor_parallel_size:
     description: Tensor-parallel size per instance; omitted lets the planner pick.
@@ -63,10 +64,11 @@ gpu_topology:
   returned: always
   contains:
     topology:
-      description: C(vllm_fleet.topology.Topology.to_dict()) (GPUs, links, P2P, NUMA nodes, CPU).
+      description: C(vllm_fleet.probe.topology.Topology.to_dict()) (GPUs, links, P2P, NUMA nodes, CPU).
       type: dict
     layout:
-      description: C(vllm_fleet.layout.Layout.to_dict()), the instances with GPUs, port, NUMA binding, env.
+      description: C(vllm_fleet.plan.layout.Layout.to_dict()), the instances with GPUs, port, NUMA binding,
+        env.
       type: dict
     cpu_only:
       description: True when the host has no NVIDIA driver (no C(nvidia-smi)).

@@ -5,7 +5,8 @@ DOCUMENTATION = r"""
 module: vllm_fleet_logcheck
 short_description: Check a vLLM instance's startup journal, API answers and /metrics against its plan
 description:
-  - Runs on the controller. Parses the journal of the instance's current start with C(vllm_fleet.logcheck)
+  - Runs on the controller. Parses the journal of the instance's current start with
+    C(vllm_fleet.verify.logcheck)
     (the same functions as C(vllm-fleet logcheck)) and checks it against the plan's C(expectations),
     KV-cache tokens within tolerance, maximum concurrency, kv-cache dtype in effect, attention backend,
     custom all-reduce state, NUMA binding lines, server ready; any fatal line fails the instance.

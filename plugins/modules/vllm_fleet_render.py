@@ -6,9 +6,12 @@ module: vllm_fleet_render
 short_description: Render and validate the vllm serve command of every instance of a host
 description:
   - Runs on the controller; touches no host. Reads the C(vllm_service_*) variables into
-    C(vllm_fleet.schema.ServeSpec), renders one C(vllm serve) argv per instance of the layout for the target
-    vLLM release with C(vllm_fleet.render) (the same functions as C(vllm-fleet render)), and validates it with
-    C(vllm_fleet.validate) against the flag catalog of that release, the model's config.json, the KV-cache
+    C(vllm_fleet.render.schema.ServeSpec), renders one C(vllm serve) argv per instance of the layout for the
+    target
+    vLLM release with C(vllm_fleet.render.serve) (the same functions as C(vllm-fleet render)), and validates
+    it with
+    C(vllm_fleet.render.validate) against the flag catalog of that release, the model's config.json, the
+    KV-cache
     plan and the host's topology.
   - Fails the task with every error at once (a flag or a choice the release does not have, YaRN reach below
     max_model_len, a request that fits neither GPU nor CPU KV, TP not dividing the heads, auto tool choice

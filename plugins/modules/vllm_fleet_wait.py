@@ -9,7 +9,8 @@ description:
     (connection refused while the model loads, 200 when ready, 503 once the engine died).
   - A crash while loading (C(NRestarts) rising, a new C(InvocationID), C(ActiveState=failed),
     C(SubState=auto-restart)) ends the wait at once; the journal of the start that was waited on is parsed
-    with C(vllm_fleet.logcheck) and the task fails with the fatal line (max_model_len larger than the KV
+    with C(vllm_fleet.verify.logcheck) and the task fails with the fatal line (max_model_len larger than the
+    KV
     cache, out of memory, unrecognized arguments, engine init failure) and a fix.
 version_added: "0.1.0"
 options:

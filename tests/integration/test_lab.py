@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_fleet import lab
+from vllm_fleet.lab import spec as lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

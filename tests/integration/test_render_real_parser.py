@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from vllm_fleet import flags
-from vllm_fleet.render import render_instance
-from vllm_fleet.schema import ServeSpec
+from vllm_fleet.render.schema import ServeSpec
+from vllm_fleet.render.serve import render_instance
 
 pytestmark = pytest.mark.slow
 
@@ -137,8 +137,8 @@ def run_check(runtime: dict, argv: list[str], tmp_path: Path) -> tuple[int, dict
 
 
 def seed_argv(version: str, **overrides) -> list[str]:
-    from vllm_fleet.layout import plan_layout
-    from vllm_fleet.topology import build_topology_from_dir
+    from vllm_fleet.plan.layout import plan_layout
+    from vllm_fleet.probe.topology import build_topology_from_dir
 
     variables = yaml.safe_load(SEED_VARS.read_text(encoding="utf-8"))
     variables.update({f"vllm_service_{k}": v for k, v in overrides.items()})

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet import lab, lab_run
+from vllm_fleet.lab import run as lab_run
+from vllm_fleet.lab import spec as lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_fleet.render import render_instance, systemd_quote
-from vllm_fleet.schema import ServeSpec
+from vllm_fleet.render.schema import ServeSpec
+from vllm_fleet.render.serve import render_instance, systemd_quote
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -179,8 +179,8 @@ def test_unescaped_percent_is_what_systemd_would_mangle(tmp_path):
 
 
 def test_seed_exec_start_verifies_and_reads_back(tmp_path):
-    from vllm_fleet.layout import plan_layout
-    from vllm_fleet.topology import build_topology_from_dir
+    from vllm_fleet.plan.layout import plan_layout
+    from vllm_fleet.probe.topology import build_topology_from_dir
 
     variables = yaml.safe_load(
         (REPO / "inventory/examples/seed-4x4090/group_vars/all/vllm_service.yml").read_text(encoding="utf-8")
@@ -282,8 +282,8 @@ def lab_inventory(tmp_path_factory):
 @pytest.mark.lab
 @pytest.mark.slow
 def test_exec_start_runs_with_the_exact_argv_on_a_real_systemd(lab_inventory, tmp_path):
-    from vllm_fleet.layout import plan_layout
-    from vllm_fleet.topology import build_topology_from_dir
+    from vllm_fleet.plan.layout import plan_layout
+    from vllm_fleet.probe.topology import build_topology_from_dir
 
     variables = yaml.safe_load(
         (REPO / "inventory/examples/seed-4x4090/group_vars/all/vllm_service.yml").read_text(encoding="utf-8")

@@ -3,7 +3,7 @@
 Layouts come from real recorded hardware (tests/fixtures/topology/recorded/: a 2 x H200 capture, an
 8 x RTX 4090 dual-socket server; the H200 host's lscpu alone for a host without GPUs); the serve commands are
 rendered by
-vllm_fleet.render for real vLLM releases. systemd-analyze runs with --root on a scratch copy of
+vllm_fleet.render.serve for real vLLM releases. systemd-analyze runs with --root on a scratch copy of
 /lib/systemd/system (no booted systemd here); it checks that ExecStart's first word exists in that root, so
 the scratch root gets empty executables at those paths. It exits 0 on warnings: any output fails the test.
 """
@@ -18,10 +18,7 @@ from typing import Any
 
 import pytest
 
-from vllm_fleet.layout import plan_layout
-from vllm_fleet.render import render_instance
-from vllm_fleet.schema import ServeSpec
-from vllm_fleet.service import (
+from vllm_fleet.deploy.service import (
     MARKER_KEY,
     InstanceFiles,
     ServiceOptions,
@@ -32,7 +29,10 @@ from vllm_fleet.service import (
     restart_list,
     stale_instances,
 )
-from vllm_fleet.topology import build_topology_from_dir, build_topology_from_texts
+from vllm_fleet.plan.layout import plan_layout
+from vllm_fleet.probe.topology import build_topology_from_dir, build_topology_from_texts
+from vllm_fleet.render.schema import ServeSpec
+from vllm_fleet.render.serve import render_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "fixtures" / "topology" / "recorded"

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from vllm_fleet.capacity import KvShape, plan_capacity
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.logcheck import check_log, parse_log
+from vllm_fleet.plan.capacity import KvShape, plan_capacity
 from vllm_fleet.sizes import parse_size
+from vllm_fleet.verify.logcheck import check_log, parse_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GiB = 2**30

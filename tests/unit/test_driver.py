@@ -1,4 +1,4 @@
-"""vllm_fleet.driver over real recorded outputs.
+"""vllm_fleet.deploy.driver over real recorded outputs.
 
 The GPU cases use outputs recorded on a real 2 x H200 machine (tests/fixtures/driver/h200x2-device, the exact
 commands of roles/nvidia_driver/files/probe.sh) and failure texts posted in public issues (URL in each file).
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet import driver
+from vllm_fleet.deploy import driver
 from vllm_fleet.errors import FleetInputError
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "driver"

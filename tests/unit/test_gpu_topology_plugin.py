@@ -2,7 +2,7 @@
 
 No GPU exists on the test machine, so the plugin's one call to the host (`_execute_module` running the stock
 command module) is replaced by a lookup in recorded outputs: `tests/fixtures/topology/recorded/h200x2/` was
-captured on a real 2 x H200 host by running exactly `vllm_fleet.topology.RECORDED_COMMANDS`, and
+captured on a real 2 x H200 host by running exactly `vllm_fleet.probe.topology.RECORDED_COMMANDS`, and
 `tests/fixtures/probe/host-state-h200x2-vm.txt` by running the role's host-state command there. The live run
 of `playbooks/probe.yml` on that machine (tests/fixtures/probe/h200x2-live/) must give the same plan.
 """
@@ -22,7 +22,7 @@ from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 from ansible.template import Templar
 
-from vllm_fleet.topology import RECORDED_COMMANDS
+from vllm_fleet.probe.topology import RECORDED_COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "fixtures" / "topology" / "recorded"

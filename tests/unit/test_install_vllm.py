@@ -1,4 +1,5 @@
-"""vllm_fleet.vllm_install: pip argv per source, lock/pin agreement, version decisions, the dist-info alias,
+"""vllm_fleet.deploy.vllm_install: pip argv per source, lock/pin agreement, version decisions, the dist-info
+alias,
 the model plan and config reading (over real model configs in tests/fixtures/models)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet import vllm_install as vi
+from vllm_fleet.deploy import vllm_install as vi
 from vllm_fleet.errors import FleetInputError
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"

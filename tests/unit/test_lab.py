@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_fleet import lab, lab_build
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.lab import build as lab_build
+from vllm_fleet.lab import spec as lab
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -202,7 +203,7 @@ def test_molecule_inventory_matches_its_lab_plan():
 
 
 def test_missing_controller_tools_fail_before_anything_is_created():
-    from vllm_fleet import lab_run
+    from vllm_fleet.lab import run as lab_run
 
     with pytest.raises(FleetInputError, match=r"needs debootstrap, nc .*run scripts/bootstrap"):
         lab_run.check_tools(lambda tool: None if tool in ("nc", "debootstrap") else f"/usr/bin/{tool}")

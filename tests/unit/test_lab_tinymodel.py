@@ -8,8 +8,8 @@ import itertools
 import json
 import struct
 
-from vllm_fleet import tinymodel
-from vllm_fleet.capacity import KvShape
+from vllm_fleet.lab import tinymodel
+from vllm_fleet.plan.capacity import KvShape
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""vllm_fleet.layout over real recorded topologies (see tests/unit/test_topology.py for their sources)."""
+"""vllm_fleet.plan.layout over real recorded topologies (tests/unit/test_topology.py names their sources)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.layout import (
+from vllm_fleet.plan.layout import (
     Layout,
     check_heads,
     format_probe_report,
@@ -16,7 +16,7 @@ from vllm_fleet.layout import (
     placement_groups,
     plan_layout,
 )
-from vllm_fleet.topology import Topology, build_topology, build_topology_from_dir, strip_fixture_header
+from vllm_fleet.probe.topology import Topology, build_topology, build_topology_from_dir, strip_fixture_header
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TOPO = FIXTURES / "topology"

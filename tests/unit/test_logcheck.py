@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet.logcheck import LogReport, clean_line, parse_log
+from vllm_fleet.verify.logcheck import LogReport, clean_line, parse_log
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "vllm-logs"
 SENTINEL = "# ---- verbatim below ----\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.metrics import (
+from vllm_fleet.verify.metrics import (
     PREFIX_HITS,
     TTFT,
     histogram_buckets,

@@ -9,7 +9,13 @@ import pytest
 from test_render_support import model_config, rtx4090_instance, seed_spec
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.render import compact_json, render_instance, shell_quote, systemd_quote, systemd_quote_word
+from vllm_fleet.render.serve import (
+    compact_json,
+    render_instance,
+    shell_quote,
+    systemd_quote,
+    systemd_quote_word,
+)
 
 
 def _value(argv: list[str], flag: str) -> str:

@@ -8,7 +8,7 @@ import shlex
 from test_render_support import FIXTURES, REPO, SEED_VARS, rtx4090_topology
 
 from vllm_fleet.cli import main
-from vllm_fleet.layout import plan_layout
+from vllm_fleet.plan.layout import plan_layout
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

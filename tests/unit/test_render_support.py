@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet.layout import plan_layout
-from vllm_fleet.schema import ServeSpec
-from vllm_fleet.topology import build_topology, build_topology_from_dir
+from vllm_fleet.plan.layout import plan_layout
+from vllm_fleet.probe.topology import build_topology, build_topology_from_dir
+from vllm_fleet.render.schema import ServeSpec
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

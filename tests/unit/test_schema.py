@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.schema import ServeSpec, variable_names
+from vllm_fleet.render.schema import ServeSpec, variable_names
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_VARS = REPO / "inventory/examples/seed-4x4090/group_vars/all/vllm_service.yml"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from vllm_fleet.service import shm_shortfall
+from vllm_fleet.deploy.service import shm_shortfall
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 2**30

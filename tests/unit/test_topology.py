@@ -1,4 +1,5 @@
-"""vllm_fleet.topology over real recorded outputs: tests/fixtures/topology (public issue threads, source in
+"""vllm_fleet.probe.topology over real recorded outputs: tests/fixtures/topology (public issue threads,
+source in
 each file's header), tests/fixtures/gpu-host-h200x2 and topology/recorded/h200x2 (real 2 x H200 captures).
 
 Expected values are the rows of the shared fixtures' INDEX.md."""
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.topology import (
+from vllm_fleet.probe.topology import (
     RECORDED_COMMANDS,
     RECORDED_FILES,
     Topology,

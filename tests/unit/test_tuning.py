@@ -1,4 +1,4 @@
-"""vllm_fleet.tuning over host states recorded on real machines (tests/fixtures/probe/host-state-*.txt).
+"""vllm_fleet.plan.tuning over host states recorded on real machines (tests/fixtures/probe/host-state-*.txt).
 
 Each fixture is the exact output of the read-only command the host_tuning role runs on a host
 (`grep -H MemTotal node*/meminfo; grep -H . <hugepage, THP, numa_balancing, cpufreq, cmdline files>`).
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.tuning import (
+from vllm_fleet.plan.tuning import (
     GOVERNOR_GLOB,
     PAGE_1G_KB,
     PAGE_2M_KB,

@@ -16,9 +16,9 @@ from test_render_support import (
     verbatim,
 )
 
-from vllm_fleet.render import render_instance
-from vllm_fleet.schema import ServeSpec
-from vllm_fleet.validate import check_command, validate
+from vllm_fleet.render.schema import ServeSpec
+from vllm_fleet.render.serve import render_instance
+from vllm_fleet.render.validate import check_command, validate
 
 QWEN3_14B = "qwen3-14b"  # 40 layers, 40 query / 8 KV heads of 128: 20,480 B/token/GPU at fp8 on TP4
 
@@ -282,7 +282,7 @@ def test_seed_command_reports_each_mistake_with_its_fix():
 def test_validate_whole_layout():
     from test_render_support import rtx4090_topology
 
-    from vllm_fleet.layout import plan_layout
+    from vllm_fleet.plan.layout import plan_layout
 
     layout = plan_layout(rtx4090_topology(), 4).to_dict()
     errors, warnings = validate(

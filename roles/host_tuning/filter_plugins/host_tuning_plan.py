@@ -1,4 +1,4 @@
-"""Filter `host_tuning_plan`: the host_tuning role's thin adapter over vllm_fleet.tuning."""
+"""Filter `host_tuning_plan`: the host_tuning role's thin adapter over vllm_fleet.plan.tuning."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.sizes import parse_size
-from vllm_fleet.tuning import (
+from vllm_fleet.plan.tuning import (
     TuningOptions,
     boot_commands,
     kv_tier_needs,
@@ -21,6 +20,7 @@ from vllm_fleet.tuning import (
     sysctl_conf,
     unit_exec_starts,
 )
+from vllm_fleet.sizes import parse_size
 
 
 def _kv_bytes(value: Any) -> int | dict[str, int]:

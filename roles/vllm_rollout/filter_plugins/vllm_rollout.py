@@ -1,4 +1,5 @@
-"""Thin filters over vllm_fleet.rollout for the rollout playbook; every rule lives in that module."""
+"""Thin filters over vllm_fleet.rollout.decisions for the rollout playbook; every rule lives in that
+module."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from vllm_fleet import rollout
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.rollout import decisions as rollout
 
 
 def _plain(value: Any) -> Any:

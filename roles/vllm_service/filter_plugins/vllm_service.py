@@ -1,4 +1,5 @@
-"""Filters of the vllm_service role: thin adapters over vllm_fleet.service (where the decisions are)."""
+"""Filters of the vllm_service role: thin adapters over vllm_fleet.deploy.service (where the decisions
+are)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from vllm_fleet.errors import FleetInputError
-from vllm_fleet.service import (
+from vllm_fleet.deploy.service import (
     InstanceFiles,
     ServiceOptions,
     instance_files,
@@ -16,6 +16,7 @@ from vllm_fleet.service import (
     shm_shortfall,
     stale_instances,
 )
+from vllm_fleet.errors import FleetInputError
 from vllm_fleet.sizes import parse_size
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from vllm_fleet import flags
 from vllm_fleet.cli import emit, read_input_file
-from vllm_fleet.validate import check_command, unknown_flag_reason
+from vllm_fleet.render.validate import check_command, unknown_flag_reason
 
 
 def _catalog(release: flags.Release) -> dict[str, Any]:

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet import lab, lab_run
 from vllm_fleet.cli import emit
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.lab_build import LabBuildError
+from vllm_fleet.lab import run as lab_run
+from vllm_fleet.lab import spec as lab
+from vllm_fleet.lab.build import LabBuildError
 
 
 def _log(message: str) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.logcheck import Check, LogReport, check_log, parse_log
 from vllm_fleet.sizes import parse_human_int
+from vllm_fleet.verify.logcheck import Check, LogReport, check_log, parse_log
 
 
 def _expectations(args: argparse.Namespace) -> dict[str, Any]:

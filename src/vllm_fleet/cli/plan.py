@@ -10,9 +10,9 @@ import argparse
 import json
 from typing import Any
 
-from vllm_fleet.capacity import format_plan, plan_capacity
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.capacity import format_plan, plan_capacity
 from vllm_fleet.sizes import parse_human_int, parse_size
 
 

@@ -19,8 +19,8 @@ import yaml
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.cli.plan import load_model_config
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.render import render_instance
-from vllm_fleet.schema import ServeSpec
+from vllm_fleet.render.schema import ServeSpec
+from vllm_fleet.render.serve import render_instance
 
 
 def load_vars(path: str) -> dict[str, Any]:

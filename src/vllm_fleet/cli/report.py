@@ -9,7 +9,7 @@ from vllm_fleet.cli import emit
 
 def _handle(args: argparse.Namespace) -> int:
     # Imported here so that `vllm-fleet --help` and the other commands never pay for (or break on) it.
-    from vllm_fleet.report import fleet_summary, fleet_table, load_reports
+    from vllm_fleet.verify.report import fleet_summary, fleet_table, load_reports
 
     reports = load_reports(args.dir)
     if args.hosts:

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet import rollout
 from vllm_fleet.cli import emit
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.rollout import decisions as rollout
 
 PLAYBOOK = Path("playbooks") / "rollout.yml"
 

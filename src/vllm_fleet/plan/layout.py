@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_fleet.capacity import parse_version
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.topology import (
+from vllm_fleet.plan.capacity import parse_version
+from vllm_fleet.probe.topology import (
     LINK_MEANINGS,
     P2P_STATUSES,
     Topology,
@@ -89,7 +89,8 @@ class Instance:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise FleetInputError(
-                f"layout instance {dict(data)!r}: {exc!r}; expected the JSON of vllm_fleet.layout.Instance "
+                f"layout instance {dict(data)!r}: {exc!r}; expected the JSON of "
+                "vllm_fleet.plan.layout.Instance "
                 "(the gpu_topology.layout fact): re-run the probe"
             ) from exc
 

@@ -3,8 +3,8 @@
 A lab is N systemd-nspawn containers, each in its own network namespace, joined by a bridge that lives in a
 per-lab controller namespace. Everything here is pure: names and addresses derive from the lab NAME alone,
 so a crashed `up` can always be cleaned by `down --name NAME`, and several labs coexist (distinct namespaces,
-bridge, veths and subnet). The side effects live in `vllm_fleet.lab_run` (boot, teardown) and
-`vllm_fleet.lab_build` (cached root filesystem, wheelhouse, tiny model).
+bridge, veths and subnet). The side effects live in `vllm_fleet.lab.run` (boot, teardown) and
+`vllm_fleet.lab.build` (cached root filesystem, wheelhouse, tiny model).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the vllm_service role writes for each instance: the systemd unit, the EnvironmentFile, the instance
 plan, and which instances must (re)start or go away. Pure functions over the renderer's output
-(`vllm_fleet.render.Rendered.to_dict()`) and the layout instance (`gpu_topology.layout`).
+(`vllm_fleet.render.serve.Rendered.to_dict()`) and the layout instance (`gpu_topology.layout`).
 
 One unit per instance (`vllm-fleet-<instance>.service`), not a template unit: the instances differ in more
 than their name (GPUs, NUMA wrapper, port, sometimes flags), so every unit holds its whole command and a
@@ -18,8 +18,8 @@ from typing import Any
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.flags import parse_version, public_version
-from vllm_fleet.render import systemd_quote_word
-from vllm_fleet.report import api_target
+from vllm_fleet.render.serve import systemd_quote_word
+from vllm_fleet.verify.report import api_target
 
 MARKER_KEY = "X-VllmFleet-Instance"  # systemd ignores X- keys; it names the instance a unit belongs to
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

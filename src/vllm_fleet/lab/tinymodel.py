@@ -260,7 +260,7 @@ def build_model(dest: Path) -> dict[str, str]:
     return digests
 
 
-if __name__ == "__main__":  # pragma: no cover - python -m vllm_fleet.tinymodel DIR
+if __name__ == "__main__":  # pragma: no cover - python -m vllm_fleet.lab.tinymodel DIR
     import sys
 
     print(json.dumps(build_model(Path(sys.argv[1])), indent=2))

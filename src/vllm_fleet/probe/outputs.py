@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.layout import Layout, format_probe_report
-from vllm_fleet.topology import RECORDED_COMMANDS, RECORDED_FILES, Topology
-from vllm_fleet.tuning import HostState
+from vllm_fleet.plan.layout import Layout, format_probe_report
+from vllm_fleet.plan.tuning import HostState
+from vllm_fleet.probe.topology import RECORDED_COMMANDS, RECORDED_FILES, Topology
 
 # Files that come from nvidia-smi: all absent (no nvidia-smi binary) means a host without NVIDIA GPUs.
 NVIDIA_SMI_FILES = tuple(name for name, cmd in RECORDED_COMMANDS.items() if cmd.startswith("nvidia-smi"))
@@ -85,7 +85,8 @@ def probe_report(
     notes: list[str] | None = None,
     host_state: HostState | None = None,
 ) -> str:
-    """The readable report of one host: `vllm_fleet.layout.format_probe_report` under a header naming the host
+    """The readable report of one host: `vllm_fleet.plan.layout.format_probe_report` under a header naming
+    the host
     and where its data came from, plus the hugepages reserved per NUMA node and the probe's notes."""
     lines = [f"== {host} ({source}){': CPU-only host' if cpu_only else ''}"]
     lines.append(format_probe_report(topology, layout).rstrip("\n"))

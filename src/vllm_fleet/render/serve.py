@@ -8,7 +8,8 @@ deprecated `*_mtp` speculative methods, `--numa-bind --numa-bind-nodes` when the
 vLLM (>= 0.20), a process-wide `numactl` wrapper when the layout binds the instance to one node. JSON values
 are compact. `exec_start` is quoted for a systemd `ExecStart=` line, `shell` for a POSIX shell.
 
-Errors and warnings of the validator (`vllm_fleet.validate`) come back with it; the argv is still returned
+Errors and warnings of the validator (`vllm_fleet.render.validate`) come back with it; the argv is still
+returned
 when there are errors, so a user sees what would have run.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.schema import ServeSpec
+from vllm_fleet.render.schema import ServeSpec
 
 _SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
 _SYSTEMD_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -154,7 +155,7 @@ def render_instance(
     topology: dict[str, Any] | None = None,
 ) -> Rendered:
     """The argv, ExecStart line, environment and checks of one instance for `vllm_version`."""
-    from vllm_fleet import validate as validation  # validate imports render's helpers
+    from vllm_fleet.render import validate as validation  # validate imports render's helpers
 
     release = flagcat.release(vllm_version)
     view = instance_view(instance)

@@ -1180,7 +1180,7 @@ def read_recorded_dir(path: str | Path) -> dict[str, str]:
         raise FleetInputError(
             f"recorded-hardware folder {str(folder)!r} holds none of {sorted(RECORDED_FILES.values())}; "
             "record "
-            "them with the commands in vllm_fleet.topology.RECORDED_COMMANDS"
+            "them with the commands in vllm_fleet.probe.topology.RECORDED_COMMANDS"
         )
     return texts
 

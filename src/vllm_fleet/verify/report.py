@@ -1,7 +1,8 @@
 """Post-deploy verification: readiness, API and metrics checks, per-instance JSON reports, the fleet table.
 
 The verify role gathers raw text on each host (systemctl show, the journal of the current start, the API's
-answers, /metrics) and hands it here; the startup-log checks themselves are `vllm_fleet.logcheck`'s, so the
+answers, /metrics) and hands it here; the startup-log checks themselves are `vllm_fleet.verify.logcheck`'s,
+so the
 role and `vllm-fleet logcheck` give the same verdict for the same journal.
 """
 
@@ -18,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.logcheck import _EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
-from vllm_fleet.logcheck import Check, check_log, parse_log
-from vllm_fleet.metrics import MetricsSummary, summarize_metrics
 from vllm_fleet.sizes import parse_human_int
+from vllm_fleet.verify.logcheck import _EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
+from vllm_fleet.verify.logcheck import Check, check_log, parse_log
+from vllm_fleet.verify.metrics import MetricsSummary, summarize_metrics
 
 REPORT_VERSION = 1
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.schema import ServeSpec
+from vllm_fleet.render.schema import ServeSpec
 
 # Flags the schema renders, and the variable a user changes to fix a problem with them.
 FLAG_VARIABLES = {
@@ -534,7 +534,7 @@ def _capacity_rules(
             "unset (with only gpu_memory_utilization the KV size is known only after vLLM profiles the GPU)"
         )
         return
-    from vllm_fleet.capacity import plan_capacity
+    from vllm_fleet.plan.capacity import plan_capacity
 
     try:
         plan = plan_capacity(
@@ -626,7 +626,7 @@ def validate(
     model_config: dict[str, Any] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Errors and warnings of every instance of the layout (prefixed with the instance name)."""
-    from vllm_fleet.render import render_instance
+    from vllm_fleet.render.serve import render_instance
 
     del capacity  # planned per instance from the model config; kept for the documented signature
     errors: list[str] = []
