@@ -364,7 +364,7 @@ def validate_instance(
         "custom_all_reduce_disabled": bool(disable_car) if tp > 1 else None,
         "spec_decode": bool(spec.speculative_config),
         "numa_binding": {"mode": view["numa_mode"], "nodes": view["numa_nodes"]},
-        "port": spec.port or view["port"],
+        "port": view["port"],
     }
 
     if spec.enable_auto_tool_choice and not spec.tool_call_parser:
