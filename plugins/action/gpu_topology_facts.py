@@ -29,6 +29,8 @@ ARGUMENT_SPEC = {
     "vllm_version": {"type": "str"},
     "base_port": {"type": "int", "default": 8000},
     "host_state_cmd": {"type": "str"},
+    # false: facts only (preflight's plan lays the instances out, once); true: probe.yml's own report
+    "plan_layout": {"type": "bool", "default": True},
 }
 
 
@@ -81,23 +83,26 @@ class ActionModule(ActionBase):
                         host_state = parse_host_state(out)
             topology = build_topology_from_texts(texts)
             config = args.get("model_config") or {}
-            layout = plan_layout(
-                topology,
-                args.get("tensor_parallel_size"),
-                model_config=config,
-                vllm_version=args.get("vllm_version") or None,
-                base_port=args["base_port"],
-            )
+            layout = None
+            if args["plan_layout"]:
+                layout = plan_layout(
+                    topology,
+                    args.get("tensor_parallel_size"),
+                    model_config=config,
+                    vllm_version=args.get("vllm_version") or None,
+                    base_port=args["base_port"],
+                )
         except FleetInputError as exc:
             raise AnsibleActionFail(f"gpu_topology on {host}: {exc}") from exc
         topo_dict = topology.to_dict()
-        layout_dict = layout.to_dict()
-        report = probe_report(
-            host, topology, layout, cpu_only=cpu_only, source=source, notes=notes, host_state=host_state
-        )
+        report = ""
+        if layout is not None:
+            report = probe_report(
+                host, topology, layout, cpu_only=cpu_only, source=source, notes=notes, host_state=host_state
+            )
         fact = {
             "topology": topo_dict,
-            "layout": layout_dict,
+            "layout": layout.to_dict() if layout is not None else None,
             "cpu_only": cpu_only,
             "report": report,
             "source": source,

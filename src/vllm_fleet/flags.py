@@ -41,7 +41,7 @@ def parse_version(text: str, what: str = "vLLM version") -> tuple[int, int, int]
         raise FleetInputError(
             f"{what}: cannot read {text!r} as a vLLM release; give it as X.Y.Z, e.g. 0.33.0"
         ) from exc
-    major, minor, patch = (tuple(parsed.release) + (0, 0))[:3]
+    major, minor, patch = (*parsed.release, 0, 0)[:3]
     return major, minor, patch
 
 

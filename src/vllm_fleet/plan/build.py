@@ -4,8 +4,8 @@
 
 Layout (`plan.layout`), serve command and its rules (`render.serve`, `render.validate`), capacity
 (`plan.capacity`, through the renderer's rules) and the fleet-wide checks meet here once; preflight calls it,
-tune, deploy, verify and rollout read what it returns. Errors are collected, not raised, so a run reports every
-problem of every host at once; each names the variable the user set.
+tune, deploy, verify and rollout read what it returns. Errors are collected, not raised, so a run reports
+every problem of every host at once; each names the variable the user set.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.host import HostNeeds, HostPlan, InstanceNeeds, InstancePlan
-from vllm_fleet.plan.layout import Instance, Layout, plan_layout
+from vllm_fleet.plan.layout import Instance, Layout, format_probe_report, plan_layout
 from vllm_fleet.probe.topology import Topology
 from vllm_fleet.render.schema import PREFIX, ServeSpec
 from vllm_fleet.render.serve import Rendered, render_instance
@@ -48,7 +48,7 @@ def extra_env(variables: Mapping[str, Any]) -> dict[str, str]:
 
 
 def missing_model_config_errors(spec: ServeSpec) -> list[str]:
-    """With no config.json known, every capacity-dependent setting the user gave is unchecked: an error each."""
+    """No config.json known: each capacity-dependent setting the user gave is an error (unchecked)."""
     given = [name for name in CAPACITY_SETTINGS if getattr(spec, name) is not None]
     return [
         f"{PREFIX}{name}: cannot be checked before anything is installed because the model's config.json is "
@@ -64,7 +64,9 @@ def instance_needs(spec: ServeSpec, instance: Instance, vllm_version: str, port:
     binding = instance.numa_binding or {}
     nodes = binding.get("membind_nodes") or binding.get("nodes") or []
     in_shm = tier if tier and flags.supports(vllm_version, "cpu_kv_tier_in_shm") else 0
-    return InstanceNeeds(cpu_kv_bytes=tier, shm_bytes=in_shm, numa_nodes=tuple(int(n) for n in nodes), port=port)
+    return InstanceNeeds(
+        cpu_kv_bytes=tier, shm_bytes=in_shm, numa_nodes=tuple(int(n) for n in nodes), port=port
+    )
 
 
 def instance_plan(
@@ -115,8 +117,9 @@ def fleet_errors(instances: list[InstancePlan], topology: Topology) -> list[str]
         if plan.port in seen_ports:
             errors.append(
                 f"vllm_service_port: instances {seen_ports[plan.port]} and {plan.name} would both listen on "
-                f"{plan.port}; the layout gives each instance the next port after vllm_service_port, so leave "
-                "--port out of vllm_service_extra_args"
+                f"{plan.port}; "
+                "the layout gives each instance the next port after vllm_service_port: leave --port out of "
+                "vllm_service_extra_args"
             )
         seen_ports.setdefault(plan.port, plan.name)
         if plan.port > 65535:
@@ -127,8 +130,8 @@ def fleet_errors(instances: list[InstancePlan], topology: Topology) -> list[str]
         beyond = [g for g in plan.gpus if g >= len(topology.gpus)]
         if beyond:
             errors.append(
-                f"{plan.name}: GPUs {beyond} do not exist on this host ({len(topology.gpus)} GPUs); re-run the "
-                "probe"
+                f"{plan.name}: GPUs {beyond} do not exist on this host ({len(topology.gpus)} GPUs); "
+                "re-run the probe"
             )
     names = [p.name for p in instances]
     for name in sorted({n for n in names if names.count(n) > 1}):
@@ -152,6 +155,13 @@ def _layout_part(layout: Layout | None) -> dict[str, Any]:
     data = layout.to_dict()
     data.pop("instances")
     return data
+
+
+def _report(host: str, source: str, topology: Topology, layout: Layout | None) -> str:
+    if layout is None:
+        return ""
+    header = f"== {host} ({source}){': CPU-only host' if not topology.gpus else ''}"
+    return header + "\n" + format_probe_report(topology, layout).rstrip("\n")
 
 
 def build_host_plan(
@@ -195,7 +205,9 @@ def build_host_plan(
         unit_prefix = str(variables.get("vllm_service_unit_prefix") or DEFAULT_UNIT_PREFIX)
         topology_data = topology.to_dict()
         for instance in layout.instances:
-            rendered = render_instance(spec, instance, vllm_version, model_config=config, topology=topology_data)
+            rendered = render_instance(
+                spec, instance, vllm_version, model_config=config, topology=topology_data
+            )
             errors += [f"{rendered.name}: {e}" for e in rendered.errors]
             warnings += [f"{rendered.name}: {w}" for w in rendered.warnings]
             instances.append(instance_plan(host, spec, instance, rendered, env=env, unit_prefix=unit_prefix))
@@ -209,6 +221,7 @@ def build_host_plan(
         instances=instances,
         needs=host_needs(instances),
         layout=_layout_part(layout),
+        report=_report(host, source, topology, layout),
         errors=list(dict.fromkeys(errors)),
         warnings=list(dict.fromkeys(warnings)),
     )

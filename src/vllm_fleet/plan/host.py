@@ -32,7 +32,9 @@ class InstanceNeeds:
 
     cpu_kv_bytes: int = 0  # the CPU KV tier (vLLM >= 0.20 maps it in /dev/shm)
     shm_bytes: int = 0  # of /dev/shm: the CPU KV tier where the release maps it there, else 0
-    numa_nodes: tuple[int, ...] = ()  # the nodes its memory is bound to (memory for the tier comes from there)
+    numa_nodes: tuple[
+        int, ...
+    ] = ()  # the nodes its memory is bound to (memory for the tier comes from there)
     port: int | None = None
 
 
@@ -82,12 +84,15 @@ class InstancePlan:
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "instance plan") -> InstancePlan:
         """From `to_dict()` output (a deploy's `/etc/vllm-fleet/<instance>.json` or a `plan --json` entry)."""
         if not isinstance(data, Mapping):
-            raise FleetInputError(f"{where}: expected a JSON object (an instance plan), got {type(data).__name__}")
+            raise FleetInputError(
+                f"{where}: expected a JSON object (an instance plan), got {type(data).__name__}"
+            )
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise FleetInputError(
-                f"{where}: schema_version {version!r}, this vllm-fleet reads {SCHEMA_VERSION}; it was written by "
-                "another vllm-fleet release (or is not an instance plan): run preflight and deploy again"
+                f"{where}: schema_version {version!r}, this vllm-fleet reads {SCHEMA_VERSION}; "
+                "it was written by another vllm-fleet release (or is not an instance plan): "
+                "run preflight and deploy again"
             )
         values = {k: v for k, v in data.items() if k not in ("instance", "base_url", "needs")}
         values["name"] = data.get("instance")
@@ -101,7 +106,9 @@ class InstancePlan:
                 raise TypeError(f"missing {', '.join(missing)}")
             return cls(**{k: v for k, v in values.items() if k in known})
         except TypeError as exc:
-            raise FleetInputError(f"{where}: not an instance plan of schema {SCHEMA_VERSION} ({exc})") from exc
+            raise FleetInputError(
+                f"{where}: not an instance plan of schema {SCHEMA_VERSION} ({exc})"
+            ) from exc
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,7 @@ class HostPlan:
     instances: list[InstancePlan]
     needs: HostNeeds
     layout: dict[str, Any]  # the layout's host-level part: tensor_parallel_size, idle GPUs, reasons, warnings
+    report: str = ""  # the readable report: GPUs, links, NUMA, P2P and the layout with its reasons
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
@@ -160,6 +168,7 @@ class HostPlan:
             ],
             needs=HostNeeds(**needs),
             layout=dict(data.get("layout") or {}),
+            report=str(data.get("report") or ""),
             errors=list(data.get("errors") or []),
             warnings=list(data.get("warnings") or []),
         )

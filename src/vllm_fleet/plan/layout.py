@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_fleet.errors import FleetInputError
 from vllm_fleet import flags
+from vllm_fleet.errors import FleetInputError
 from vllm_fleet.probe.topology import (
     LINK_MEANINGS,
     P2P_STATUSES,
@@ -535,7 +535,9 @@ def plan_layout(
     )
     instances = []
     for k, gpus in enumerate(sorted(inside + spanning, key=lambda c: c[0])):
-        binding, numa_node, why_numa, numa_warnings = _binding(topology, gpus, numa_bind_by_vllm, vllm_version)
+        binding, numa_node, why_numa, numa_warnings = _binding(
+            topology, gpus, numa_bind_by_vllm, vllm_version
+        )
         disable_car, nccl_p2p_off, why_p2p = _p2p(topology, gpus)
         visible = ",".join(str(g) for g in gpus)
         env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": visible}

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.host import HostPlan
 
 PAGE_2M_KB = 2048
 PAGE_1G_KB = 1048576
@@ -200,15 +201,28 @@ def kv_tier_needs(layout: dict[str, Any], cpu_kv_bytes: int | dict[str, int]) ->
         amount = int(cpu_kv_bytes.get(name, 0)) if isinstance(cpu_kv_bytes, dict) else int(cpu_kv_bytes)
         if amount < 0:
             raise FleetInputError(
-                f"host_tuning_cpu_kv_bytes: {amount} for instance {name} is negative; "
+                f"vllm_service_kv_offload_cpu_bytes: {amount} for instance {name} is negative; "
                 "give 0 or a size like 200GiB"
             )
-        binding = inst.get("numa_binding") or {}
-        nodes: tuple[int, ...] = ()
-        if binding.get("mode") in ("numactl", "vllm"):
-            nodes = tuple(sorted({int(n) for n in binding.get("nodes") or []}))
+        nodes = bound_nodes(inst.get("numa_binding"))
         needs.append(KvTierNeed(instance=name, nodes=nodes, cpu_kv_bytes=amount))
     return needs
+
+
+def bound_nodes(binding: dict[str, Any] | None) -> tuple[int, ...]:
+    """The NUMA nodes an instance's memory is bound to; () when it is not bound."""
+    binding = binding or {}
+    if binding.get("mode") not in ("numactl", "vllm"):
+        return ()
+    return tuple(sorted({int(n) for n in binding.get("nodes") or []}))
+
+
+def plan_kv_tier_needs(plan: HostPlan) -> list[KvTierNeed]:
+    """One need per instance of the host's plan (its CPU KV tier, where its memory is bound)."""
+    return [
+        KvTierNeed(instance=i.name, nodes=bound_nodes(i.numa_binding), cpu_kv_bytes=i.needs.cpu_kv_bytes)
+        for i in plan.instances
+    ]
 
 
 def plan_hugepages(
@@ -248,7 +262,7 @@ def plan_hugepages(
         total = node_memory_bytes.get(node)
         if total and pages * page_bytes > max_node_fraction * total:
             raise FleetInputError(
-                f"host_tuning_cpu_kv_bytes: NUMA node {node} would need {pages} hugepages of "
+                f"vllm_service_kv_offload_cpu_bytes: NUMA node {node} would need {pages} hugepages of "
                 f"{page_size_kb} kB "
                 f"({pages * page_bytes / 2**30:.1f} GiB with the {margin_fraction:.0%} margin) but has "
                 f"{total / 2**30:.1f} GiB; lower the CPU KV tier (cpu_bytes_to_use) or spread the instances "
@@ -284,9 +298,10 @@ def plan_shm(
     memory = max(state.memory_bytes or 0, sum(state.node_memory_bytes.values()))
     if memory and needed > max_fraction * memory:
         raise FleetInputError(
-            f"host_tuning_cpu_kv_bytes: the CPU KV tiers need {needed / 2**30:.1f} GiB of /dev/shm with the "
-            f"{margin_fraction:.0%} margin but the host has {memory / 2**30:.1f} GiB of memory; lower the "
-            "tier (vllm_service_kv_offload_cpu_bytes) or run fewer instances here"
+            "vllm_service_kv_offload_cpu_bytes: the CPU KV tiers need "
+            f"{needed / 2**30:.1f} GiB of /dev/shm with the {margin_fraction:.0%} margin "
+            f"but the host has {memory / 2**30:.1f} GiB of memory; "
+            "lower the tier or run fewer instances here"
         )
     reasons = [
         f"/dev/shm holds the CPU KV tier ({', '.join(n.instance for n in needs if n.cpu_kv_bytes)}): "
