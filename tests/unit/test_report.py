@@ -13,13 +13,12 @@ import json
 from pathlib import Path
 
 import pytest
+from plans import lab_instance_plan
 
 from vllm_fleet.cli import main as cli_main
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.verify.logcheck import parse_log
 from vllm_fleet.verify.metrics import MetricsSummary
-from plans import lab_instance_plan
-
 from vllm_fleet.verify.report import (
     Readiness,
     Thresholds,

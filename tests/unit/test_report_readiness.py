@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from vllm_fleet.errors import FleetInputError
 from plans import lab_instance_plan
 
+from vllm_fleet.errors import FleetInputError
 from vllm_fleet.verify.report import (
     GIB,
     UnitState,
