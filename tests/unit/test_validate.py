@@ -16,6 +16,8 @@ from test_render_support import (
     verbatim,
 )
 
+from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.probe.topology import build_topology_from_dir
 from vllm_fleet.render.schema import ServeSpec
 from vllm_fleet.render.serve import render_instance
 from vllm_fleet.render.validate import check_command, validate
@@ -203,22 +205,31 @@ def test_batched_tokens_below_seqs_times_speculative_tokens():
 # --- TP must divide the attention heads
 
 
-def test_tp_not_dividing_heads():
-    instance = rtx4090_instance(tp=3)
-    errors, _ = _errors(
-        seed_spec(rope_scaling={}, tensor_parallel_size=None),
-        instance=instance,
-        model=model_config("qwen3.6-27b"),
+def test_tp_not_dividing_heads_is_the_layouts_refusal_naming_the_variable():
+    """One rule, one place: the layout refuses a TP that does not divide the heads; the plan names the
+    variable the user set. 24 heads (Qwen3.6-27B) / TP4 is fine, 40 heads / TP3 is not."""
+    topology = build_topology_from_dir(str(FIXTURES / "topology" / "recorded" / "8x4090-dual-socket"))
+    plan = build_host_plan(
+        "h",
+        {"vllm_service_model": "/m", "vllm_service_tensor_parallel_size": 4},
+        topology,
+        vllm_version="0.33.0",
+        model_config=model_config("qwen3.6-27b"),
     )
-    assert not _has(errors, "does not divide")  # 24 heads / 3
-    errors, _ = _errors(seed_spec(rope_scaling={}), model=model_config("qwen3.6-27b"))
-    assert not _has(errors, "does not divide")  # 24 / 4
+    assert plan.ok and [i.tensor_parallel_size for i in plan.instances] == [4, 4]
     llama_like = dict(model_config("qwen3.6-27b"))
     llama_like["text_config"] = {**llama_like["text_config"], "num_attention_heads": 40}
-    errors, _ = _errors(
-        seed_spec(rope_scaling={}, tensor_parallel_size=None), instance=instance, model=llama_like
+    plan = build_host_plan(
+        "h",
+        {"vllm_service_model": "/m", "vllm_service_tensor_parallel_size": 3},
+        topology,
+        vllm_version="0.33.0",
+        model_config=llama_like,
     )
-    assert _has(errors, "tensor_parallel_size 3: does not divide the model's 40 attention heads")
+    assert plan.errors == [
+        "vllm_service_tensor_parallel_size: 3 does not divide the model's num_attention_heads (40); vLLM "
+        "refuses to start. Choose a tensor_parallel_size among [1, 2, 4, 5, 8, 10, 20, 40]"
+    ]
 
 
 # --- auto tool choice without a parser

@@ -27,6 +27,19 @@ DEFAULT_BASE_PORT = 8000
 CAPACITY_SETTINGS = ("max_model_len", "kv_cache_memory_bytes", "max_num_seqs", "kv_offload_cpu_bytes")
 
 
+# The layout's arguments and the variables users set for them, so that a refusal names what to change.
+LAYOUT_VARIABLES = {
+    "tensor_parallel_size": "vllm_service_tensor_parallel_size",
+    "base_port": "vllm_service_port",
+}
+
+
+def user_variable_message(message: str) -> str:
+    """A layout refusal (`tensor_parallel_size: 3 does not divide ...`) worded with the inventory variable."""
+    argument, sep, rest = message.partition(": ")
+    return f"{LAYOUT_VARIABLES[argument]}: {rest}" if sep and argument in LAYOUT_VARIABLES else message
+
+
 def unit_name(instance: str, unit_prefix: str = DEFAULT_UNIT_PREFIX) -> str:
     """The systemd unit of an instance: the one place its name is spelled."""
     return f"{unit_prefix}{instance}.service"
@@ -199,7 +212,7 @@ def build_host_plan(
                 base_port=spec.port or DEFAULT_BASE_PORT,
             )
         except FleetInputError as exc:
-            errors.append(f"layout: {exc}")
+            errors.append(user_variable_message(str(exc)))
     if spec is not None and layout is not None:
         warnings += layout.warnings
         unit_prefix = str(variables.get("vllm_service_unit_prefix") or DEFAULT_UNIT_PREFIX)

@@ -392,7 +392,7 @@ def validate_instance(
                 "vllm_service_max_num_seqs"
             )
     _rope_rule(spec, model_config, errors, warnings)
-    _heads_rule(tp, model_config, errors)
+    _position_rule(spec, model_config, errors)
     _p2p_rule(tp, disable_car, view, topology, errors)
     _offload_memory_rule(spec, view, topology, errors)
     if view["device"] == "cpu" and spec.kv_offload_cpu_bytes is not None:
@@ -451,15 +451,24 @@ def _rope_rule(spec: ServeSpec, model_config: dict[str, Any], errors: list[str],
         )
 
 
-def _heads_rule(tp: int, model_config: dict[str, Any], errors: list[str]) -> None:
-    heads = _model_value(model_config, "num_attention_heads")
-    if isinstance(heads, int) and heads > 0 and tp > 1 and heads % tp:
-        divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 16]
+def _position_rule(spec: ServeSpec, model_config: dict[str, Any], errors: list[str]) -> None:
+    """max_model_len within the positions the checkpoint supports as configured (YaRN: _rope_rule)."""
+    if spec.max_model_len is None or not model_config or spec.rope_scaling:
+        return
+    from vllm_fleet.plan.capacity import KvShape
+
+    try:
+        limit = KvShape.from_model_config(model_config).max_position_limit
+    except FleetInputError:
+        return  # a config the planner cannot read is reported by the capacity rules
+    if limit is not None and spec.max_model_len > limit:
+        # vLLM's _get_and_verify_max_len raises unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
         errors.append(
-            f"tensor_parallel_size {tp}: does not divide the model's {heads} attention heads (vLLM refuses "
-            "to "
-            f"start); use a TP of {', '.join(map(str, divisors))} (vllm_service_tensor_parallel_size / the "
-            "layout)"
+            f"vllm_service_max_model_len: {spec.max_model_len:,} is beyond the {limit:,} positions "
+            "the model's config.json supports (max_position_embeddings); "
+            "vLLM refuses to start (User-specified max_model_len is greater than the derived max_model_len): "
+            f"lower it to {limit:,} or less, or set vllm_service_rope_scaling "
+            "(YaRN, factor x original_max_position_embeddings >= max_model_len)"
         )
 
 
