@@ -140,7 +140,8 @@ def test_fleet_checks_refuse_shared_ports_names_and_missing_gpus() -> None:
     errors = fleet_errors([only, twin], cpu_topology())
     assert errors == [
         "vllm_service_port: instances i0 and i0 would both listen on 8000; "
-        "the layout gives each instance the next port after vllm_service_port: leave --port out of vllm_service_extra_args",
+        "the layout gives each instance the next port after vllm_service_port: "
+        "leave --port out of vllm_service_extra_args",
         "i0: GPUs [3] do not exist on this host (0 GPUs); re-run the probe",
         "i0: two instances of one host share the name; re-run the probe",
     ]
@@ -157,7 +158,8 @@ def test_max_model_len_beyond_the_models_positions_is_refused() -> None:
     )
     assert plan.errors == [
         "i0: vllm_service_max_model_len: 4,096 is beyond the 2,048 positions "
-        "the model's config.json supports (max_position_embeddings); vLLM refuses to start (User-specified max_model_len is greater than the "
-        "derived max_model_len): lower it to 2,048 or less, or set vllm_service_rope_scaling (YaRN, factor x "
-        "original_max_position_embeddings >= max_model_len)"
+        "the model's config.json supports (max_position_embeddings); "
+        "vLLM refuses to start (User-specified max_model_len is greater than the derived max_model_len): "
+        "lower it to 2,048 or less, or set vllm_service_rope_scaling "
+        "(YaRN, factor x original_max_position_embeddings >= max_model_len)"
     ]
