@@ -47,7 +47,8 @@ def load_model_config(path: str) -> dict[str, Any]:
 
 def _handle_inventory(args: argparse.Namespace) -> int:
     """Every host's plan from the inventory: the HostPlan preflight would build, no host touched."""
-    plans = plan_inventory(args.inventory, project_dir=PROJECT_DIR, limit=args.limit)
+    facts = Path(args.facts) if args.facts else None
+    plans = plan_inventory(args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts)
     data = {"hosts": {name: plan.to_dict() for name, plan in plans.items()}}
     human = "\n\n".join(_host_summary(plan) for plan in plans.values())
     emit(data, args.json, human)
@@ -138,6 +139,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="every host's plan from this Ansible inventory (recorded or probed facts); no host is touched",
     )
     parser.add_argument("--limit", "-l", metavar="PATTERN", help="with --inventory: only these hosts")
+    parser.add_argument(
+        "--facts",
+        metavar="DIR",
+        help="with --inventory: the probe's saved facts, <DIR>/<host>.json (default reports/probe), "
+        "for hosts without gpu_topology_recorded_dir",
+    )
     parser.add_argument("--model-config", metavar="FILE", help="the model's config.json")
     parser.add_argument("--tensor-parallel-size", "-tp", metavar="N")
     memory = parser.add_argument_group("KV memory per GPU (one of)")
