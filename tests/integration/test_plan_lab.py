@@ -6,8 +6,8 @@
 - a max_model_len beyond what the model's own config.json supports is refused from that config.json, read
   from the host (read-only) before anything is installed;
 - site.yml then converges; the plan deploy writes (/etc/vllm-fleet/i0.json) is the plan preflight wrote
-  (reports/plan/<host>.json) and the plan `vllm-fleet plan --inventory` prints for the same inventory; a second
-  site.yml changes nothing and restarts nothing.
+  (reports/plan/<host>.json) and the plan `vllm-fleet plan --inventory` prints for the same inventory;
+  a second site.yml changes nothing and restarts nothing.
 """
 
 from __future__ import annotations
