@@ -5,9 +5,9 @@
 
 For each revision (a scratch `git worktree` of it; its own vllm_fleet comes first on PYTHONPATH): site.yml
 converges the lab host once (not timed: the plan files of two revisions differ, so the first run of each
-restarts), then `--rounds` re-runs are timed, each of which must report changed=0. The revisions run one after
-the other (their plan files differ, so interleaving would restart every run); run it on a quiet machine. Prints
-each run and the ratio of the medians.
+restarts), then `--rounds` re-runs are timed, each of which must report changed=0. The revisions run one
+after the other (interleaving would restart every run); run it on a quiet machine. Prints each run and the
+ratio of the medians.
 Written for issue 13 ("no slower" after one plan per host).
 """
 
