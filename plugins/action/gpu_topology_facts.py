@@ -66,7 +66,6 @@ class ActionModule(ActionBase):
         try:
             if args.get("recorded_dir"):
                 texts = read_recorded_dir(args["recorded_dir"])
-                cpu_only = "topo_m" not in texts and "query_gpu" not in texts
                 notes = [f"planned from recorded outputs in {args['recorded_dir']}, not from this host"]
                 source = f"recorded: {args['recorded_dir']}"
             else:
@@ -75,7 +74,7 @@ class ActionModule(ActionBase):
                     rc, out, err = self._run_command(cmd, task_vars)
                     results.append(CommandResult(name=name, rc=rc, stdout=out, stderr=err))
                 inputs = select_outputs(results)
-                texts, cpu_only, notes = inputs.texts, inputs.cpu_only, inputs.notes
+                texts, notes = inputs.texts, inputs.notes
                 source = "probed live"
                 if args.get("host_state_cmd"):
                     rc, out, _ = self._run_command(args["host_state_cmd"], task_vars)
@@ -98,12 +97,18 @@ class ActionModule(ActionBase):
         report = ""
         if layout is not None:
             report = probe_report(
-                host, topology, layout, cpu_only=cpu_only, source=source, notes=notes, host_state=host_state
+                host,
+                topology,
+                layout,
+                cpu_only=topology.cpu_only,
+                source=source,
+                notes=notes,
+                host_state=host_state,
             )
         fact = {
             "topology": topo_dict,
             "layout": layout.to_dict() if layout is not None else None,
-            "cpu_only": cpu_only,
+            "cpu_only": topology.cpu_only,
             "report": report,
             "source": source,
             "notes": notes,

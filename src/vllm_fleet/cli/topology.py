@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         "layout": plan["instances"],
         "tensor_parallel_size": plan["tensor_parallel_size"],
         "idle_gpus": plan["idle_gpus"],
-        "cpu_only": plan["cpu_only"] and not topology.gpus,
+        "cpu_only": topology.cpu_only,
         "layout_reasons": plan["reasons"],
         "layout_warnings": plan["warnings"],
     }

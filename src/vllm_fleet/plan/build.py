@@ -173,7 +173,7 @@ def _layout_part(layout: Layout | None) -> dict[str, Any]:
 def _report(host: str, source: str, topology: Topology, layout: Layout | None) -> str:
     if layout is None:
         return ""
-    header = f"== {host} ({source}){': CPU-only host' if not topology.gpus else ''}"
+    header = f"== {host} ({source}){': CPU-only host' if topology.cpu_only else ''}"
     return header + "\n" + format_probe_report(topology, layout).rstrip("\n")
 
 
@@ -229,7 +229,7 @@ def build_host_plan(
         host=host,
         vllm_version=release,
         source=source,
-        cpu_only=not topology.gpus,
+        cpu_only=topology.cpu_only,
         model_config_source=model_config_source if config else f"none ({model_config_source})",
         instances=instances,
         needs=host_needs(instances),
