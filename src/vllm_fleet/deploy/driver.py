@@ -62,9 +62,7 @@ CUDA_MIN_DRIVER = {
 
 # Packages of the driver stack that a hold must cover so that no upgrade swaps the user-space libraries under
 # a loaded kernel module (the cause of most "Driver/library version mismatch" reports).
-_DRIVER_PACKAGE_RE = re.compile(
-    r"^(nvidia-|libnvidia-|cuda-drivers|xserver-xorg-video-nvidia)"
-)
+_DRIVER_PACKAGE_RE = re.compile(r"^(nvidia-|libnvidia-|cuda-drivers|xserver-xorg-video-nvidia)")
 
 
 # --------------------------------------------------------------------------------------------- probe text

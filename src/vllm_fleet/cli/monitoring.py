@@ -1,0 +1,128 @@
+"""`vllm-fleet monitoring --inventory PATH --out DIR`: Prometheus config, alert rules and a Grafana dashboard.
+
+Every instance of every host's plan (the plan `vllm-fleet plan --inventory` prints) is a scrape target; the
+alert thresholds come from each plan and from verify's pass marks (the host's vllm_verify_* variables, else
+roles/vllm_verify/defaults/main.yml). Exit status 0 with the files written; 2 on unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vllm_fleet.cli import emit
+from vllm_fleet.cli.plan import PROJECT_DIR
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.monitoring.files import monitoring_files, write_files
+from vllm_fleet.monitoring.rules import Limits, limits_from
+from vllm_fleet.monitoring.targets import GPU_EXPORTER_PORT, NODE_EXPORTER_PORT
+from vllm_fleet.plan.host import HostPlan
+from vllm_fleet.plan.inventory import plan_inventory
+from vllm_fleet.verify.report import Thresholds
+
+VERIFY_MARKS = ("vllm_verify_spec_acceptance_min", "vllm_verify_ttft_p99_max", "vllm_verify_max_restarts")
+
+
+def thresholds_of(variables: dict[str, Any], host: str) -> Thresholds:
+    """verify's Thresholds from a host's vllm_verify_* variables (0 is off, as for verify)."""
+    try:
+        spec = float(variables["vllm_verify_spec_acceptance_min"])
+        ttft = float(variables["vllm_verify_ttft_p99_max"])
+        restarts = int(variables["vllm_verify_max_restarts"])
+    except (TypeError, ValueError) as exc:
+        raise FleetInputError(
+            f"{host}: {', '.join(VERIFY_MARKS)} must be numbers ({exc}); fix them in the inventory"
+        ) from exc
+    return Thresholds(spec_acceptance_min=spec, ttft_p99_max_s=ttft or None, max_restarts=restarts)
+
+
+def inventory_settings(inventory: str, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Per host: the address Prometheus dials (ansible_host, else the name) and verify's marks."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    from vllm_fleet.plan.inventory import role_defaults
+
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[inventory])
+    variables_of = VariableManager(loader=loader, inventory=manager)
+    defaults = role_defaults(PROJECT_DIR / "roles")
+    settings = {}
+    for name in hosts:
+        host_vars = variables_of.get_vars(host=manager.get_host(name), include_hostvars=False)
+        marks = {mark: host_vars.get(mark, defaults.get(mark)) for mark in VERIFY_MARKS}
+        settings[name] = {"address": str(host_vars.get("ansible_host") or name), **marks}
+    return settings
+
+
+def _handle(args: argparse.Namespace) -> int:
+    facts = Path(args.facts) if args.facts else None
+    plans: dict[str, HostPlan] = plan_inventory(
+        args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts
+    )
+    failed = {host: plan.errors for host, plan in plans.items() if not plan.ok}
+    if failed:
+        raise FleetInputError(
+            f"--inventory {args.inventory}: no plan for {', '.join(failed)} ({failed}); "
+            "fix what `vllm-fleet plan --inventory` reports first"
+        )
+    settings = inventory_settings(args.inventory, list(plans))
+    monitoring = {
+        "ttft_p99_max_s": args.ttft_p99_max,
+        "kv_usage_max": args.kv_usage_max,
+        "prefix_hit_rate_min": args.prefix_hit_rate_min,
+    }
+    host_limits = {h: limits_from(thresholds_of(s, h), **monitoring) for h, s in settings.items()}
+    files = monitoring_files(
+        plans,
+        {h: s["address"] for h, s in settings.items()},
+        fleet=args.fleet or Path(args.inventory).resolve().name.removesuffix(".yml"),
+        limits=Limits(**monitoring),
+        host_limits=host_limits,
+        scrape_interval=args.scrape_interval,
+        node_exporter_port=args.node_exporter_port,
+        gpu_exporter_port=args.gpu_exporter_port,
+    )
+    written = write_files(files, Path(args.out))
+    targets = sum(len(p.instances) for p in plans.values())
+    human = "\n".join(str(p) for p in written) + f"\n{targets} vLLM instance(s) on {len(plans)} host(s)"
+    emit({"files": [str(p) for p in written], "hosts": list(plans), "instances": targets}, args.json, human)
+    return 0
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction between 0 and 1 (0.9 is 90 %)")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "monitoring",
+        help="write prometheus.yml, alert rules and a Grafana dashboard for the fleet's plans",
+        description="Prometheus targets from every host's plan, alert rules from the plans' own thresholds "
+        "and verify's limits, and a Grafana dashboard.",
+    )
+    parser.add_argument("--inventory", required=True, help="the Ansible inventory (file or folder)")
+    parser.add_argument("--out", required=True, help="folder to write prometheus.yml, rules/ and grafana/ to")
+    parser.add_argument("--facts", help="the probe's reports folder (default: reports/probe)")
+    parser.add_argument("--limit", help="only these hosts (an Ansible host pattern)")
+    parser.add_argument("--fleet", help="the fleet label (default: the inventory's name)")
+    parser.add_argument("--scrape-interval", default="15s", help="Prometheus scrape interval (default: 15s)")
+    parser.add_argument("--node-exporter-port", type=int, default=NODE_EXPORTER_PORT, help="0: none")
+    parser.add_argument("--gpu-exporter-port", type=int, default=GPU_EXPORTER_PORT, help="0: none")
+    parser.add_argument(
+        "--ttft-p99-max",
+        type=float,
+        default=2.0,
+        help="TTFT P99 mark (s) where vllm_verify_ttft_p99_max is 0",
+    )
+    parser.add_argument("--kv-usage-max", type=_fraction, default=0.9, help="KV cache usage mark (fraction)")
+    parser.add_argument(
+        "--prefix-hit-rate-min", type=_fraction, default=0.05, help="prefix-cache hit rate mark (fraction)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=_handle)
