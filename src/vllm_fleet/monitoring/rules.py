@@ -20,7 +20,7 @@ from vllm_fleet.plan.host import HostPlan, InstancePlan
 from vllm_fleet.verify.report import Thresholds
 
 BY = "fleet, host, instance"
-RUNBOOK = "README.md#runbook-vllm-fleet-alerts"
+RUNBOOK = "README.md"  # one heading per alert under "Runbook: vllm-fleet alerts"
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _alert(
         "annotations": {
             "summary": summary,
             "description": description,
-            "runbook": f"{RUNBOOK}-{name.lower()}",
+            "runbook": f"{RUNBOOK}#{name.lower()}",
         },
     }
 
