@@ -1,8 +1,10 @@
-"""`vllm-fleet monitoring`: the files it writes for inventory/examples/seed-4x4090, checked by Prometheus's own
-promtool (Debian's `prometheus` package: `apt-get install prometheus`), the alerts fired and resolved by
-`promtool test rules` on synthetic series labelled exactly as the generated scrape config labels them.
+"""`vllm-fleet monitoring`: the files it writes for inventory/examples/seed-4x4090, checked by
+Prometheus's own promtool (Debian's `prometheus` package: `apt-get install prometheus`), the
+alerts fired and resolved by `promtool test rules` on synthetic series
+labelled exactly as the generated scrape config labels them.
 
-No GPU is needed: the seed's plan comes from recorded outputs (inventory/examples/8x4090-dual-socket/recorded).
+No GPU is needed: the seed's plan comes from recorded outputs
+(inventory/examples/8x4090-dual-socket/recorded).
 """
 
 from __future__ import annotations
@@ -154,8 +156,8 @@ def test_verify_marks_set_in_the_inventory_reach_the_rules(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "out" / "rules" / "vllm-fleet.rules.yml").read_text()
     assert (
-        'vllm_fleet:spec_decode_acceptance_rate:ratio_5m{fleet="seed-4x4090", host="seed-4090", instance="i0"} < 0.6'
-        in text
+        'vllm_fleet:spec_decode_acceptance_rate:ratio_5m{fleet="seed-4x4090", host="seed-4090", '
+        'instance="i0"} < 0.6' in text
     )
     assert 'instance="i0"} > 1.5' in text
     assert "[1h]) > 2" in text
