@@ -182,6 +182,15 @@ def test_bad_scrape_interval_is_refused_before_writing(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_every_alert_has_its_runbook_heading(seed_out: Path) -> None:
+    rules = yaml.safe_load((seed_out / "rules" / "vllm-fleet.rules.yml").read_text())
+    readme = (ROOT / "README.md").read_text()
+    runbook = readme[readme.index("### Runbook: vllm-fleet alerts") :]
+    for rule in (r for g in rules["groups"] for r in g["rules"] if "alert" in r):
+        assert f"\n#### {rule['alert']}\n" in runbook, f"README.md runbook: no section for {rule['alert']}"
+        assert rule["annotations"]["runbook"] == f"README.md#{rule['alert'].lower()}"
+
+
 def test_limits_from_verify_thresholds() -> None:
     assert limits_from(Thresholds()).ttft_p99_max_s == 2.0
     assert limits_from(Thresholds(ttft_p99_max_s=0.8, max_restarts=3)) == Limits(
