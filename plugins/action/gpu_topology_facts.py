@@ -17,9 +17,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.layout import plan_layout
-from vllm_fleet.plan.tuning import parse_host_state
-from vllm_fleet.probe.outputs import CommandResult, probe_report, select_outputs
+from vllm_fleet.plan.layout import plan_layout, probe_report
+from vllm_fleet.probe.hoststate import parse_host_state
+from vllm_fleet.probe.outputs import CommandResult, select_outputs
 from vllm_fleet.probe.topology import RECORDED_COMMANDS, build_topology_from_texts, read_recorded_dir
 
 ARGUMENT_SPEC = {

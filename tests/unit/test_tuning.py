@@ -15,14 +15,12 @@ from vllm_fleet.plan.tuning import (
     GOVERNOR_GLOB,
     PAGE_1G_KB,
     PAGE_2M_KB,
-    HostState,
     KvTierNeed,
     TuningOptions,
     boot_commands,
     kernel_cmdline_for,
     kv_tier_needs,
     limits_conf,
-    parse_host_state,
     parse_page_size,
     plan_hugepages,
     plan_tuning,
@@ -31,6 +29,7 @@ from vllm_fleet.plan.tuning import (
     sysctl_conf,
     unit_exec_starts,
 )
+from vllm_fleet.probe.hoststate import HostState, parse_host_state
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "probe"
 GiB = 2**30

@@ -20,7 +20,7 @@ from vllm_fleet.plan.build import build_host_plan
 from vllm_fleet.probe.topology import build_topology_from_dir
 from vllm_fleet.render.schema import ServeSpec
 from vllm_fleet.render.serve import render_instance
-from vllm_fleet.render.validate import check_command, validate
+from vllm_fleet.render.validate import check_command
 
 QWEN3_14B = "qwen3-14b"  # 40 layers, 40 query / 8 KV heads of 128: 20,480 B/token/GPU at fp8 on TP4
 
@@ -290,16 +290,21 @@ def test_seed_command_reports_each_mistake_with_its_fix():
     assert _has(warnings, "'qwen3_next_mtp' is rewritten to 'mtp'")
 
 
-def test_validate_whole_layout():
+def test_every_instance_of_the_layout_is_judged():
+    """build_host_plan renders and judges each instance of the layout (messages prefixed by instance)."""
     from test_render_support import rtx4090_topology
 
-    from vllm_fleet.plan.layout import plan_layout
-
-    layout = plan_layout(rtx4090_topology(), 4).to_dict()
-    errors, warnings = validate(
-        seed_spec(), "0.33.0", layout=layout, model_config=model_config("qwen3.6-27b")
+    variables = {**seed_vars(), "vllm_service_tensor_parallel_size": 4}
+    plan = build_host_plan(
+        "h", variables, rtx4090_topology(), vllm_version="0.33.0", model_config=model_config("qwen3.6-27b")
     )
-    assert errors == []
-    assert any(w.startswith("i1: ") for w in warnings)
-    errors, _ = validate(seed_spec(tool_call_parser=None), "0.33.0", layout=layout)
-    assert sum("enable_auto_tool_choice" in e for e in errors) == 2
+    assert plan.errors == []
+    assert any(w.startswith("i1: ") for w in plan.warnings)
+    plan = build_host_plan(
+        "h",
+        {**variables, "vllm_service_tool_call_parser": None},
+        rtx4090_topology(),
+        vllm_version="0.33.0",
+        model_config=model_config("qwen3.6-27b"),
+    )
+    assert sum("enable_auto_tool_choice" in e for e in plan.errors) == 2

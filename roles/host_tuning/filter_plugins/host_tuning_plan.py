@@ -12,7 +12,6 @@ from vllm_fleet.plan.tuning import (
     TuningOptions,
     boot_commands,
     limits_conf,
-    parse_host_state,
     parse_page_size,
     plan_kv_tier_needs,
     plan_tuning,
@@ -21,6 +20,7 @@ from vllm_fleet.plan.tuning import (
     sysctl_conf,
     unit_exec_starts,
 )
+from vllm_fleet.probe.hoststate import parse_host_state
 
 
 def host_tuning_plan(state_text: str, host_plan: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.probe.hoststate import HostState
 from vllm_fleet.probe.topology import (
     LINK_MEANINGS,
     P2P_STATUSES,
@@ -677,3 +678,29 @@ def format_probe_report(topology: Topology, layout: Layout) -> str:
         out.append("Warnings:")
         out.extend(f"  ! {warning}" for warning in layout.warnings)
     return "\n".join(out) + "\n"
+
+
+def probe_report(
+    host: str,
+    topology: Topology,
+    layout: Layout,
+    *,
+    cpu_only: bool,
+    source: str,
+    notes: list[str] | None = None,
+    host_state: HostState | None = None,
+) -> str:
+    """The readable report of one host: `format_probe_report` under a header naming
+    the host
+    and where its data came from, plus the hugepages reserved per NUMA node and the probe's notes."""
+    lines = [f"== {host} ({source}){': CPU-only host' if cpu_only else ''}"]
+    lines.append(format_probe_report(topology, layout).rstrip("\n"))
+    if host_state is not None and host_state.hugepages:
+        lines.append("Hugepages reserved per NUMA node:")
+        for (node, size_kb), count in sorted(host_state.hugepages.items()):
+            size = f"{size_kb // 1024} MiB" if size_kb < 1048576 else f"{size_kb // 1048576} GiB"
+            lines.append(f"  node {node}: {count} x {size}")
+        if host_state.thp_enabled:
+            lines.append(f"Transparent hugepages: {host_state.thp_enabled} (defrag {host_state.thp_defrag})")
+    lines += [f"note: {n}" for n in notes or []]
+    return "\n".join(lines)

@@ -20,12 +20,13 @@ from vllm_fleet.errors import FleetInputError
 VARIABLE = "vllm_service_model_config"
 
 
-def _parse(text: str, where: str) -> dict[str, Any]:
+def parse_model_config(text: str, where: str) -> dict[str, Any]:
+    """The model's config.json as a dict; `where` names it in the error."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FleetInputError(
-            f"{where}: not JSON ({exc.msg} at line {exc.lineno}); give the model's config.json"
+            f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}); give the model's config.json"
         ) from exc
     if not isinstance(data, dict):
         raise FleetInputError(
@@ -74,7 +75,8 @@ def model_config_from(
                 f"{VARIABLE}: {given!r} is not a file on the controller (looked at {path}); give the "
                 "path of the model's config.json, absolute or relative to the inventory"
             )
-        return _parse(path.read_text(encoding="utf-8"), f"{VARIABLE} {path}"), f"{VARIABLE}: {path}"
+        config = parse_model_config(path.read_text(encoding="utf-8"), f"{VARIABLE} {path}")
+        return config, f"{VARIABLE}: {path}"
     if given not in (None, "", {}):
         raise FleetInputError(
             f"{VARIABLE}: {type(given).__name__} given; expected the config.json's path or its mapping"
@@ -82,9 +84,9 @@ def model_config_from(
     if read_from_host and read_from_host.get("content"):
         where = f"the host's {read_from_host.get('path') or 'config.json'}"
         text = base64.b64decode(read_from_host["content"]).decode("utf-8")
-        return _parse(text, where), where
+        return parse_model_config(text, where), where
     if model and not model.startswith("/") and "/" in model:
         cached = hub_cached_config(model, cache_dir or hub_cache_dir())
         if cached is not None:
-            return _parse(cached.read_text(encoding="utf-8"), str(cached)), f"hub cache: {cached}"
+            return parse_model_config(cached.read_text(encoding="utf-8"), str(cached)), f"hub cache: {cached}"
     return {}, f"not found: no {VARIABLE}, no config.json where vllm_service_model points on the host"

@@ -23,6 +23,7 @@ from typing import Any
 
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.render import validate as validation
 from vllm_fleet.render.schema import ServeSpec
 
 _SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
@@ -155,8 +156,6 @@ def render_instance(
     topology: dict[str, Any] | None = None,
 ) -> Rendered:
     """The argv, ExecStart line, environment and checks of one instance for `vllm_version`."""
-    from vllm_fleet.render import validate as validation  # validate imports render's helpers
-
     release = flagcat.release(vllm_version)
     view = instance_view(instance)
     warnings: list[str] = []

@@ -1,11 +1,12 @@
 """Pre-deploy validation of a serve spec against the target vLLM release, the model, the plan and the host.
 
-    validate(spec, vllm_version, *, layout=None, topology=None, model_config=None) -> (errors, warnings)
     validate_instance(spec, view, release, *, model_config, topology) -> (errors, warnings, expectations)
     check_args(argv_words, release, variable) -> (errors, warnings)      # flags, choices and JSON keys
     check_command(text_or_argv, vllm_version) -> (errors, warnings)      # a pasted `vllm serve ...` line
 
-Errors block the deploy; warnings are shown. Each message names the variable (or flag), the value and the fix.
+Every instance of a host is judged by `vllm_fleet.plan.build.build_host_plan`, which renders it (the renderer
+calls `validate_instance` and `check_args`). Errors block the deploy; warnings are shown. Each message names
+the variable (or flag), the value and the fix.
 """
 
 from __future__ import annotations
@@ -612,39 +613,3 @@ def _capacity_rules(
         if spec.rope_scaling and "YaRN" in note:
             continue  # the YaRN rule above has checked the scaling the spec sets
         warnings.append(f"capacity: {note}")
-
-
-# ------------------------------------------------------------------------------------------ whole host
-
-
-def _layout_instances(layout: Any) -> list[Any]:
-    if layout is None:
-        return [{"name": "i0", "gpus": [], "numa_binding": {"mode": "none", "nodes": []}, "device": "cpu"}]
-    if isinstance(layout, dict):
-        return list(layout.get("instances") or [])
-    return list(getattr(layout, "instances", []) or [])
-
-
-def validate(
-    spec: ServeSpec,
-    vllm_version: str,
-    *,
-    capacity: Any = None,
-    topology: dict[str, Any] | None = None,
-    layout: Any = None,
-    model_config: dict[str, Any] | None = None,
-) -> tuple[list[str], list[str]]:
-    """Errors and warnings of every instance of the layout (prefixed with the instance name)."""
-    from vllm_fleet.render.serve import render_instance
-
-    del capacity  # planned per instance from the model config; kept for the documented signature
-    errors: list[str] = []
-    warnings: list[str] = []
-    instances = _layout_instances(layout)
-    if not instances:
-        errors.append("gpu_topology.layout: no instances; run the probe (gpu_topology role) first")
-    for instance in instances:
-        rendered = render_instance(spec, instance, vllm_version, model_config=model_config, topology=topology)
-        errors += [f"{rendered.name}: {m}" for m in rendered.errors]
-        warnings += [f"{rendered.name}: {m}" for m in rendered.warnings]
-    return errors, warnings
