@@ -378,3 +378,10 @@ def test_every_alert_fires_and_resolves_under_promtool(seed_out: Path, tmp_path:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_the_roles_argument_spec_names_every_default() -> None:
+    role = ROOT / "roles" / "fleet_monitoring"
+    defaults = set(yaml.safe_load((role / "defaults" / "main.yml").read_text()))
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    assert set(specs["argument_specs"]["main"]["options"]) == defaults
