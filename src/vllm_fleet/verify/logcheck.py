@@ -318,6 +318,11 @@ _DEATH_NEEDLES = (
     "Background loop has errored",
 )
 _ENGINE_DEATH = re.compile("|".join(re.escape(n) for n in _DEATH_NEEDLES))
+# Only printed once the engine runs: these need no readiness line before them.
+_RUNNING_ENGINE_DEATH = re.compile(
+    r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc \S+ died unexpectedly|"
+    r"Engine loop has died|Background loop has errored"
+)
 _HTTP_5XX = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>5\d\d)\b')
 # `ERROR 05-12 01:48:42 [api_router.py:72] ` (pasted logs sometimes garble the bracket: `[async_llm.py:485[]`)
 _LEVEL_PREFIX = re.compile(
@@ -960,13 +965,19 @@ class LogParser:
             return
 
     def _on_engine_death(self, line: str) -> None:
-        """An engine that dies after readiness (start-up deaths are the fatal kinds above)."""
+        """An engine that dies while serving (a death during start-up is one of the fatal kinds above).
+
+        EngineDeadError, `EngineCore encountered a fatal error` and `Engine core proc ... died unexpectedly`
+        only exist once the engine runs (vllm/v1/engine/core.py run_busy_loop, core_client.py's monitor), so
+        they count with or without a readiness line in the log; a worker that dies counts once ready.
+        """
         report = self.report
-        if not self.serving or not _ENGINE_DEATH.search(line):
+        if not _ENGINE_DEATH.search(line) or not (self.serving or _RUNNING_ENGINE_DEATH.search(line)):
             return
+        self.serving = True  # the traceback that follows is the root cause
         report.engine_dead = True
         if report.engine_death is None:
-            report.engine_death = {"line": line, "root_cause": None}
+            report.engine_death = {"line": line, "after_ready": report.ready, "root_cause": None}
             report.evidence["engine_death"] = line
         self._error("engine_dead", line)
 
@@ -976,7 +987,7 @@ class LogParser:
 
     def _on_http_5xx(self, line: str) -> None:
         match = _HTTP_5XX.search(line)
-        if match and self.serving:
+        if match:
             self._error(
                 "http_server_error",
                 line,
@@ -1191,6 +1202,7 @@ _EXPECTATION_KEYS = (
     "numa_nodes",
     "ready",
     "no_errors",
+    "kv_offload_cpu_bytes",
 )
 
 
@@ -1348,16 +1360,18 @@ def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
             )
     if "ready" in expectations:
         ready = bool(expectations["ready"])
-        checks.append(
-            Check(
-                "ready",
-                report.ready == ready,
-                ready,
-                report.ready,
-                ev.get("ready"),
-                "the server announced it is ready" if report.ready else "no readiness line",
-            )
-        )
+        alive = report.ready and not report.engine_dead
+        if report.engine_dead:
+            death = report.engine_death or {}
+            cause = death.get("root_cause") or {}
+            detail = "the engine died" + (" after the server announced it is ready" if report.ready else "")
+            if cause:
+                detail += f" ({cause.get('exception')}: {cause.get('message')})"
+            line = death.get("line")
+        else:
+            detail = "the server announced it is ready" if report.ready else "no readiness line"
+            line = ev.get("ready")
+        checks.append(Check("ready", alive == ready, ready, alive, line, detail))
     if expectations.get("no_errors"):
         first = report.errors[0] if report.errors else None
         checks.append(
@@ -1372,4 +1386,48 @@ def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
                 else f"{len(report.errors)} fatal error line(s), first: {first.kind}",
             )
         )
+    if "kv_offload_cpu_bytes" in expectations:
+        checks.append(_offload_check(report, int(expectations["kv_offload_cpu_bytes"])))
     return checks
+
+
+def _offload_check(report: LogReport, planned: int) -> Check:
+    """The CPU tier the plan asked for is in effect: OffloadingConnector + CPUOffloadingSpec created, the
+    configured `cpu_bytes_to_use` equal to the plan's when the log prints it (0 planned: no tier at all)."""
+    offload = report.kv_offload or {}
+    ev = report.evidence
+    connector, spec = offload.get("connector"), offload.get("spec")
+    if planned == 0:
+        ok = connector is None
+        return Check(
+            "kv_offload_cpu_bytes",
+            ok,
+            0,
+            offload.get("cpu_bytes_configured"),
+            ev.get("kv_offload.connector"),
+            "no KV connector created"
+            if ok
+            else f"vLLM created the {connector} connector, the plan has no CPU tier",
+        )
+    seen = offload.get("cpu_bytes_configured")
+    problems = []
+    if connector != "OffloadingConnector":
+        problems.append(f"connector {connector or 'not created'} (planned OffloadingConnector)")
+    if spec != "CPUOffloadingSpec":
+        problems.append(f"offloading spec {spec or 'not created'} (planned CPUOffloadingSpec)")
+    if seen is not None and seen != planned:
+        problems.append(f"cpu_bytes_to_use {seen:,} (planned {planned:,})")
+    if problems:
+        detail = "; ".join(problems)
+    else:
+        detail = f"OffloadingConnector with CPUOffloadingSpec, cpu_bytes_to_use {planned:,}" + (
+            "" if seen is not None else " (the log does not print the bytes)"
+        )
+        intervals = offload.get("transfer_intervals", 0)
+        detail += f", {intervals} KV Transfer metrics line(s)"
+    line = (
+        ev.get("kv_offload.spec")
+        or ev.get("kv_offload.connector")
+        or ev.get("kv_offload.cpu_bytes_configured")
+    )
+    return Check("kv_offload_cpu_bytes", not problems, planned, seen, line, detail)
