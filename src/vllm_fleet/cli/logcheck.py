@@ -110,7 +110,8 @@ def format_report(report: LogReport, checks: list[Check]) -> str:
     if report.kv_offload:
         offload = report.kv_offload
         rows.append(
-            f"KV offload            connector {show(offload.get('connector'))}, spec {show(offload.get('spec'))}, "
+            f"KV offload            connector {show(offload.get('connector'))}, "
+            f"spec {show(offload.get('spec'))}, "
             f"cpu_bytes_to_use {show(offload.get('cpu_bytes_configured'))}, CPU tensors "
             f"{show(offload.get('cpu_tensors'))}, {offload.get('transfer_intervals', 0)} transfer interval(s)"
         )
@@ -162,8 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "print "
             "the KV cache size, concurrency, kv-cache dtype, attention backend, custom all-reduce state, "
             "NUMA "
-            "binding, readiness, speculative-decoding and periodic stats, the KV offload tier, an engine that "
-            "died while serving, and fatal errors. With --expect-* "
+            "binding, readiness, speculative-decoding and periodic stats, the KV offload tier, an engine "
+            "that died while serving, and fatal errors. With --expect-* "
             "flags, exit 1 when a check fails."
         ),
     )
