@@ -192,6 +192,7 @@ class ApiTarget:
     prefix_caching: bool
     spec_decode: bool
     model_path: str
+    kv_offload_cpu_bytes: int | None = None  # the CPU KV tier the plan asked for (cpu_bytes_to_use)
 
     @property
     def base_url(self) -> str:
@@ -241,6 +242,25 @@ def _model_path(argv: Sequence[str]) -> str:
     return ""
 
 
+def _planned_offload_bytes(expectations: Mapping[str, Any], options: Mapping[str, str]) -> int | None:
+    """The plan's CPU KV tier: `expectations.kv_offload_cpu_bytes`, else `cpu_bytes_to_use` in the rendered
+    `--kv-transfer-config` (render/serve.py writes vllm_service_kv_offload_cpu_bytes there)."""
+    if expectations.get("kv_offload_cpu_bytes") is not None:
+        return int(expectations["kv_offload_cpu_bytes"])
+    raw = options.get("kv-transfer-config")
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("kv_connector") != "OffloadingConnector":
+        return None
+    extra = config.get("kv_connector_extra_config")
+    value = extra.get("cpu_bytes_to_use") if isinstance(extra, dict) else None
+    return int(value) if isinstance(value, int | float) else None
+
+
 def api_target(
     plan: Mapping[str, Any], *, unit_prefix: str = "vllm-fleet-", address: str | None = None
 ) -> ApiTarget:
@@ -276,6 +296,7 @@ def api_target(
     spec = any(k.startswith("speculative-config") for k in options) or "spec-method" in options
     spec = bool(expectations.get("spec_decode", spec))
     return ApiTarget(
+        kv_offload_cpu_bytes=_planned_offload_bytes(expectations, options),
         instance=name,
         unit=str(plan.get("unit") or f"{unit_prefix}{name}.service"),
         address=host,
@@ -590,6 +611,8 @@ def check_metrics(
                 f"metrics {rate}, log line {log_rate}",
             )
         )
+    if target.kv_offload_cpu_bytes:
+        checks.append(check_kv_offload_metrics(target, summary))
     ttft_ok = summary.ttft_count > 0
     if ttft_ok and thresholds.ttft_p99_max_s is not None:
         ttft_ok = summary.ttft_p99_s is not None and summary.ttft_p99_s <= thresholds.ttft_p99_max_s
@@ -607,6 +630,33 @@ def check_metrics(
         )
     )
     return checks
+
+
+def check_kv_offload_metrics(target: ApiTarget, summary: MetricsSummary) -> Check:
+    """The CPU KV tier the plan asked for is registered in /metrics (`vllm:kv_offload_*` families), and what
+    it moved over the verify window (reported, not judged: a short window may store nothing)."""
+    offload = summary.kv_offload
+    planned = f"vllm:kv_offload_* present (CPU tier {target.kv_offload_cpu_bytes:,} B)"
+    if not offload:
+        backend = summary.cache_config.get("kv_offloading_backend")
+        return _mk(
+            "kv_offload_metrics",
+            False,
+            planned,
+            None,
+            _where(target, "/metrics"),
+            "no vllm:kv_offload_* metric: the OffloadingConnector is not running"
+            + (f" (cache_config_info kv_offloading_backend={backend})" if backend else ""),
+        )
+    return _mk(
+        "kv_offload_metrics",
+        True,
+        planned,
+        len(offload["families"]),
+        _where(target, "/metrics"),
+        f"{len(offload['families'])} families; stored {offload['store_bytes']} B, loaded "
+        f"{offload['load_bytes']} B over the verify window",
+    )
 
 
 def check_restarts(unit: UnitState, thresholds: Thresholds) -> Check:
