@@ -20,6 +20,7 @@ from typing import Any
 
 from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.model import text_config
 from vllm_fleet.probe.hoststate import HostState
 from vllm_fleet.probe.topology import (
     LINK_MEANINGS,
@@ -201,7 +202,7 @@ def model_heads(config: Mapping[str, Any]) -> tuple[int | None, int | None]:
 
     A config without `num_key_value_heads` is multi-head attention: as many KV heads as attention heads.
     """
-    merged = {**config, **(config.get("text_config") or {})}
+    merged = text_config(dict(config))  # the one merge of a wrapped config (plan.model): its section wins
     heads = merged.get("num_attention_heads")
     kv_heads = merged.get("num_key_value_heads", heads)
     for name, value in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
