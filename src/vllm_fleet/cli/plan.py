@@ -145,6 +145,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(binary, as vLLM reads them) and 10g / 10GB (decimal). All memory is per GPU. With --inventory: "
             "the plan preflight builds for every host (layout, argv, capacity, errors); --json prints "
             '{"hosts": {name: HostPlan}}; exit 1 when a host\'s plan has errors.'
+
         ),
     )
     parser.add_argument(
@@ -170,8 +171,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     memory = parser.add_argument_group("KV memory per GPU (one of)")
     memory.add_argument("--kv-cache-memory-bytes", metavar="B", help="as vLLM's --kv-cache-memory-bytes")
     memory.add_argument("--kv-bytes-per-gpu", metavar="B", help="e.g. a log's 'Available KV cache memory'")
-    parser.add_argument("--kv-cache-dtype", metavar="D", help="auto, fp8, fp8_e4m3, bfloat16, ...")
-    parser.add_argument("--max-model-len", metavar="L", help="tokens per request (32k = 32000)")
+    parser.add_argument(
+        "--kv-cache-dtype", metavar="D", help="auto, fp8, fp8_e4m3, bfloat16, ..."
+    )
+    parser.add_argument(
+        "--max-model-len", metavar="L", help="tokens per request (32k = 32000)"
+    )
     parser.add_argument("--max-num-batched-tokens", metavar="T", help="prefill chunk size")
     parser.add_argument(
         "--avg-input-len", metavar="I", help="typical request length for a concurrency figure"
