@@ -1,8 +1,9 @@
-"""vllm_fleet.verify.live and `vllm-fleet verify`: the role's requests without Ansible, readiness without systemd.
+"""vllm_fleet.verify.live and `vllm-fleet verify`: the role's requests without Ansible, readiness without
+systemd.
 
-The HTTP side is exercised against a real server (http.server on loopback) that answers what vLLM answered
-on the GPU host (tests/fixtures/gpu-h200-vllm-0.26.0); the order and bodies of the requests are compared
-with roles/vllm_verify/tasks/instance.yml's.
+The order and bodies of the requests are compared with roles/vllm_verify/tasks/instance.yml's; the HTTP client
+runs against a real server (http.server on loopback). What a real vLLM answered is judged in
+test_gpu_h200_fixtures.py (recorded on an H200) and tests/integration/test_verify_cli_lab.py (the lab).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -24,7 +26,17 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = ROOT / "roles" / "vllm_verify" / "defaults" / "main.yml"
 PLAN = {
     "name": "i0",
-    "argv": ["vllm", "serve", "/m", "--served-model-name", "tiny", "--max-model-len", "4096", "--port", "8001"],
+    "argv": [
+        "vllm",
+        "serve",
+        "/m",
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        "4096",
+        "--port",
+        "8001",
+    ],
     "port": 8001,
     "expectations": {"max_model_len": 4096},
 }
@@ -32,11 +44,11 @@ PLAN = {
 
 def test_defaults_are_the_roles() -> None:
     defaults = yaml.safe_load(DEFAULTS.read_text())
-    assert live.DEFAULT_PROMPT == " ".join(defaults["vllm_verify_prompt"].split())
-    assert live.DEFAULT_MAX_TOKENS == defaults["vllm_verify_max_tokens"]
-    assert live.DEFAULT_WARMUP_REQUESTS == defaults["vllm_verify_warmup_requests"]
-    assert live.DEFAULT_REQUEST_TIMEOUT_S == defaults["vllm_verify_request_timeout"]
-    assert live.DEFAULT_POLL_INTERVAL_S == defaults["vllm_verify_poll_interval"]
+    assert " ".join(defaults["vllm_verify_prompt"].split()) == live.DEFAULT_PROMPT
+    assert defaults["vllm_verify_max_tokens"] == live.DEFAULT_MAX_TOKENS
+    assert defaults["vllm_verify_warmup_requests"] == live.DEFAULT_WARMUP_REQUESTS
+    assert defaults["vllm_verify_request_timeout"] == live.DEFAULT_REQUEST_TIMEOUT_S
+    assert defaults["vllm_verify_poll_interval"] == live.DEFAULT_POLL_INTERVAL_S
 
 
 def test_target_at_url_replaces_address_and_port() -> None:
@@ -122,8 +134,8 @@ def test_wait_ready_polls_until_health_answers() -> None:
 def test_wait_ready_fails_fast_on_a_fatal_log_line(tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text(
-        "ERROR 12-01 10:00:00 [core.py:1] ValueError: To serve at least one request with the models's max seq "
-        "len (750000), (91.55 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "ERROR 12-01 10:00:00 [core.py:1] ValueError: To serve at least one request with the models's max "
+        "seq len (750000), (91.55 GiB KV cache is needed, which is larger than the available KV cache memory "
         "(10.00 GiB). Based on the available memory, the estimated maximum model length is 81920.\n"
     )
     clock, sleep = _clock()
@@ -145,13 +157,15 @@ def test_wait_ready_times_out() -> None:
 
 def test_wait_ready_engine_dead_is_final() -> None:
     clock, sleep = _clock()
-    readiness = live.wait_ready(api_target(PLAN), timeout_s=60, send=_Recorder([503]), clock=clock, sleep=sleep)
+    readiness = live.wait_ready(
+        api_target(PLAN), timeout_s=60, send=_Recorder([503]), clock=clock, sleep=sleep
+    )
     assert readiness["state"] == "engine_dead" and readiness["polls"] == 1
 
 
 class _Handler(BaseHTTPRequestHandler):
-    answers: dict[str, tuple[int, str]] = {}
-    seen: list[tuple[str, str, dict | None]] = []
+    answers: ClassVar[dict[str, tuple[int, str]]] = {}
+    seen: ClassVar[list[tuple[str, str, dict | None]]] = []
 
     def _answer(self, body: dict | None) -> None:
         self.seen.append((self.command, self.path, body))
@@ -162,10 +176,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self._answer(None)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
         self._answer(json.loads(self.rfile.read(length)))
 

@@ -192,6 +192,8 @@ class ApiTarget:
     prefix_caching: bool
     spec_decode: bool
     model_path: str
+    # --enable-prefix-caching given (not only vLLM's default, which is off for hybrid models)
+    prefix_caching_explicit: bool = False
 
     @property
     def base_url(self) -> str:
@@ -210,6 +212,7 @@ class ApiTarget:
             "prefix_caching": self.prefix_caching,
             "spec_decode": self.spec_decode,
             "model_path": self.model_path,
+            "prefix_caching_explicit": self.prefix_caching_explicit,
         }
 
 
@@ -285,6 +288,7 @@ def api_target(
         prefix_caching=prefix,
         spec_decode=spec,
         model_path=model,
+        prefix_caching_explicit="enable-prefix-caching" in options,
     )
 
 
@@ -551,7 +555,23 @@ def check_metrics(
     where = _where(target, "/metrics")
     checks: list[Check] = []
     block = block_size_of(summary.cache_config)
-    if target.prefix_caching and block and target.max_model_len and target.max_model_len <= block:
+    # vLLM says in /metrics whether prefix caching is on; hybrid (Mamba / Gated DeltaNet) models start with it
+    # off unless asked (seen on the H200 with a Qwen3-Next-shaped model: enable_prefix_caching="False").
+    in_effect = str(summary.cache_config.get("enable_prefix_caching", "")).lower()
+    if target.prefix_caching and in_effect == "false":
+        asked = target.prefix_caching_explicit
+        checks.append(
+            _mk(
+                "prefix_cache_hits",
+                not asked,
+                "prefix caching on (--enable-prefix-caching)" if asked else "not measurable",
+                "enable_prefix_caching=False",
+                where,
+                "vLLM runs without prefix caching (vllm:cache_config_info)"
+                + (" although the command asks for it" if asked else ": its default for this model"),
+            )
+        )
+    elif target.prefix_caching and block and target.max_model_len and target.max_model_len <= block:
         checks.append(
             _mk(
                 "prefix_cache_hits",
