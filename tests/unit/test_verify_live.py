@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from vllm_fleet.cli import main
+from vllm_fleet.cli.verify import plan_from_rendered
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.verify import live
 from vllm_fleet.verify.report import api_target
@@ -40,6 +41,7 @@ PLAN = {
     "port": 8001,
     "expectations": {"max_model_len": 4096},
 }
+TARGET = api_target(plan_from_rendered(PLAN, "test plan"))
 
 
 def test_defaults_are_the_roles() -> None:
@@ -52,15 +54,15 @@ def test_defaults_are_the_roles() -> None:
 
 
 def test_target_at_url_replaces_address_and_port() -> None:
-    target = live.target_at(api_target(PLAN), "http://10.0.0.5:9000")
+    target = live.target_at(TARGET, "http://10.0.0.5:9000")
     assert (target.address, target.port, target.base_url) == ("10.0.0.5", 9000, "http://10.0.0.5:9000")
-    assert live.target_at(api_target(PLAN), None).base_url == "http://127.0.0.1:8001"
+    assert live.target_at(TARGET, None).base_url == "http://127.0.0.1:8001"
 
 
 @pytest.mark.parametrize("url", ["https://h:1", "http://h:1/v1", "h:8000", "http://h:x"])
 def test_target_at_rejects_what_it_cannot_reach(url: str) -> None:
     with pytest.raises(FleetInputError, match="--url"):
-        live.target_at(api_target(PLAN), url)
+        live.target_at(TARGET, url)
 
 
 class _Recorder:
@@ -84,7 +86,7 @@ class _Recorder:
 
 def test_gather_asks_what_the_role_asks_in_its_order() -> None:
     send = _Recorder()
-    answers = live.gather(api_target(PLAN), live.Request(warmup_requests=3), send)
+    answers = live.gather(TARGET, live.Request(warmup_requests=3), send)
     paths = [(m, p) for m, p, _ in send.calls]
     assert paths == [
         ("GET", "/health"),
@@ -127,7 +129,7 @@ def _clock():
 def test_wait_ready_polls_until_health_answers() -> None:
     clock, sleep = _clock()
     send = _Recorder(health=[None, None, 200])
-    readiness = live.wait_ready(api_target(PLAN), timeout_s=60, send=send, clock=clock, sleep=sleep)
+    readiness = live.wait_ready(TARGET, timeout_s=60, send=send, clock=clock, sleep=sleep)
     assert readiness["state"] == "ready" and readiness["polls"] == 3 and "msg" not in readiness
 
 
@@ -140,7 +142,7 @@ def test_wait_ready_fails_fast_on_a_fatal_log_line(tmp_path: Path) -> None:
     )
     clock, sleep = _clock()
     readiness = live.wait_ready(
-        api_target(PLAN), timeout_s=600, log_path=str(log), send=_Recorder([None]), clock=clock, sleep=sleep
+        TARGET, timeout_s=600, log_path=str(log), send=_Recorder([None]), clock=clock, sleep=sleep
     )
     assert readiness["state"] == "crashed" and readiness["polls"] == 1
     assert readiness["errors"][0]["kind"] == "max_model_len_exceeds_kv_cache"
@@ -150,16 +152,14 @@ def test_wait_ready_fails_fast_on_a_fatal_log_line(tmp_path: Path) -> None:
 def test_wait_ready_times_out() -> None:
     clock, sleep = _clock()
     readiness = live.wait_ready(
-        api_target(PLAN), timeout_s=10, interval_s=2, send=_Recorder([None]), clock=clock, sleep=sleep
+        TARGET, timeout_s=10, interval_s=2, send=_Recorder([None]), clock=clock, sleep=sleep
     )
     assert readiness["state"] == "timeout" and readiness["polls"] == 6
 
 
 def test_wait_ready_engine_dead_is_final() -> None:
     clock, sleep = _clock()
-    readiness = live.wait_ready(
-        api_target(PLAN), timeout_s=60, send=_Recorder([503]), clock=clock, sleep=sleep
-    )
+    readiness = live.wait_ready(TARGET, timeout_s=60, send=_Recorder([503]), clock=clock, sleep=sleep)
     assert readiness["state"] == "engine_dead" and readiness["polls"] == 1
 
 

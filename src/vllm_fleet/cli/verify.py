@@ -25,6 +25,8 @@ from typing import Any
 
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.build import unit_name
+from vllm_fleet.plan.host import InstanceNeeds, InstancePlan
 from vllm_fleet.verify import live
 from vllm_fleet.verify.report import (
     ApiTarget,
@@ -36,23 +38,87 @@ from vllm_fleet.verify.report import (
 )
 
 
-def load_plan(path: str) -> tuple[dict[str, Any], ApiTarget]:
+def _option(argv: list[str], flag: str) -> str | None:
+    """The value of `--flag value` / `--flag=value` in a serve argv (None when absent)."""
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(f"{flag}="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def plan_from_rendered(data: dict[str, Any], where: str) -> InstancePlan:
+    """An InstancePlan from `vllm-fleet render --json` output (what the renderer knows; no host, no layout).
+
+    What the API checks need comes from the rendered argv itself: the model, the served name, --host, and
+    whether prefix caching was turned off.
+    """
+    argv = [str(w) for w in data["argv"]]
+    serve = argv.index("serve") if "serve" in argv else -1
+    model = argv[serve + 1] if 0 <= serve < len(argv) - 1 else (_option(argv, "--model") or "")
+    expectations = dict(data.get("expectations") or {})
+    capacity = expectations.pop("capacity", None)
+    name = str(data.get("name") or "")
+    port = data.get("port") or _option(argv, "--port") or 8000
+    try:
+        port = int(port)
+    except (TypeError, ValueError) as exc:
+        raise FleetInputError(f"{where}: port {port!r} is not an integer") from exc
+    served = expectations.get("served_model_name") or _option(argv, "--served-model-name") or model
+    return InstancePlan(
+        name=name,
+        host="",
+        unit=unit_name(name),
+        vllm_version=str(data.get("vllm_version") or ""),
+        catalog_release=str(data.get("catalog_release") or ""),
+        model=model,
+        served_model_name=served,
+        max_model_len=expectations.get("max_model_len"),
+        address=_option(argv, "--host") or "",
+        port=port,
+        device="",
+        gpus=[],
+        tensor_parallel_size=int(expectations.get("tensor_parallel_size") or 1),
+        numa_binding=dict(expectations.get("numa_binding") or {}),
+        argv=argv,
+        exec_start=str(data.get("exec_start") or ""),
+        shell=str(data.get("shell") or ""),
+        env=dict(data.get("env") or {}),
+        secret_env_names=list(data.get("secret_env_names") or []),
+        prefix_caching="--no-enable-prefix-caching" not in argv,
+        spec_decode=bool(expectations.get("spec_decode", "--speculative-config" in argv)),
+        capacity=capacity,
+        expectations=expectations,
+        needs=InstanceNeeds(),
+        layout={},
+        warnings=list(data.get("warnings") or []),
+    )
+
+
+def load_plan(path: str) -> tuple[InstancePlan, ApiTarget]:
     """The instance plan of `--plan` and its API target: the one place this command reads a plan.
 
-    A `render --json` result is a plan too: its `name` is the instance, its argv the command.
+    Either the file deploy writes (/etc/vllm-fleet/<instance>.json: an InstancePlan) or the output of
+    `vllm-fleet render --json` (no schema_version: the rendered command and its expectations).
     """
+    where = f"--plan {path!r}"
     try:
-        plan = json.loads(read_input_file(path, "--plan"))
+        data = json.loads(read_input_file(path, "--plan"))
     except json.JSONDecodeError as exc:
         raise FleetInputError(
-            f"--plan: {path!r} is not JSON ({exc.msg}); give /etc/vllm-fleet/<instance>.json or the output "
-            "of `vllm-fleet render --json`"
+            f"{where} is not JSON ({exc.msg}); give /etc/vllm-fleet/<instance>.json or the output of "
+            "`vllm-fleet render --json`"
         ) from exc
-    if not isinstance(plan, dict):
-        raise FleetInputError(f"--plan: {path!r} must hold one JSON object (an instance plan)")
-    if not plan.get("argv"):
+    if not isinstance(data, dict):
+        raise FleetInputError(f"{where} must hold one JSON object (an instance plan)")
+    if "schema_version" in data:
+        plan = InstancePlan.from_dict(data, where=where)
+    elif data.get("argv") and data.get("name"):
+        plan = plan_from_rendered(data, where)
+    else:
         raise FleetInputError(
-            f"--plan: {path!r} has no argv; give /etc/vllm-fleet/<instance>.json or the output of "
+            f"{where} has no argv; give /etc/vllm-fleet/<instance>.json or the output of "
             "`vllm-fleet render --json`"
         )
     return plan, api_target(plan)
