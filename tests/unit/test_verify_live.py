@@ -216,3 +216,21 @@ def test_load_plan_names_the_file_and_the_fix(tmp_path: Path, capsys) -> None:
     bad.write_text("not json")
     assert main(["verify", "--plan", str(bad)]) == 2
     assert "is not JSON" in capsys.readouterr().err
+
+
+def test_load_plan_reads_deploys_file_and_render_output_alike(tmp_path: Path) -> None:
+    from vllm_fleet.cli.verify import load_plan
+
+    rendered = ROOT / "tests" / "fixtures" / "gpu-h200-vllm-0.26.0" / "seed-dense" / "plan.json"
+    plan, target = load_plan(str(rendered))
+    deployed = tmp_path / "i0.json"
+    deployed.write_text(json.dumps(plan.to_dict()))  # what vllm_service writes: InstancePlan.to_dict()
+    again, target_again = load_plan(str(deployed))
+    assert target_again == target and again.argv == plan.argv
+    assert (target.base_url, target.served_model_name, target.max_model_len) == (
+        "http://127.0.0.1:8001",
+        "qwen3-27b",
+        65536,
+    )
+    assert target.prefix_caching and target.prefix_caching_explicit and target.spec_decode
+    assert again.expectations["kv_cache_tokens"] == 81920 and again.capacity["fits_on_gpu"]
