@@ -48,6 +48,17 @@ def _option(argv: list[str], flag: str) -> str | None:
     return None
 
 
+def _cpu_tier_bytes(kv_transfer_config: str | None) -> int:
+    """The CPU KV tier of a rendered `--kv-transfer-config` (OffloadingConnector's cpu_bytes_to_use), or 0."""
+    try:
+        config = json.loads(kv_transfer_config or "{}")
+    except ValueError:
+        return 0
+    extra = config.get("kv_connector_extra_config") if isinstance(config, dict) else None
+    value = extra.get("cpu_bytes_to_use") if isinstance(extra, dict) else None
+    return int(value) if isinstance(value, (int, float)) and value > 0 else 0
+
+
 def plan_from_rendered(data: dict[str, Any], where: str) -> InstancePlan:
     """An InstancePlan from `vllm-fleet render --json` output (what the renderer knows; no host, no layout).
 
@@ -66,6 +77,7 @@ def plan_from_rendered(data: dict[str, Any], where: str) -> InstancePlan:
     except (TypeError, ValueError) as exc:
         raise FleetInputError(f"{where}: port {port!r} is not an integer") from exc
     served = expectations.get("served_model_name") or _option(argv, "--served-model-name") or model
+    tier = _cpu_tier_bytes(_option(argv, "--kv-transfer-config"))
     return InstancePlan(
         name=name,
         host="",
@@ -90,7 +102,7 @@ def plan_from_rendered(data: dict[str, Any], where: str) -> InstancePlan:
         spec_decode=bool(expectations.get("spec_decode", "--speculative-config" in argv)),
         capacity=capacity,
         expectations=expectations,
-        needs=InstanceNeeds(),
+        needs=InstanceNeeds(cpu_kv_bytes=tier),
         layout={},
         warnings=list(data.get("warnings") or []),
     )
