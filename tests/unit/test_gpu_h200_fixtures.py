@@ -136,6 +136,7 @@ def test_hybrid_without_cutlass_dsl_dies_at_the_first_request(capsys) -> None:
     log = (GPU / "next-hybrid" / "vllm.log").read_text()
     assert "SM90 GDN prefill DSL kernel is unavailable" in log
     assert "EngineCore encountered a fatal error." in log
+    assert "engine_dead" in by_name["no_errors"]["seen"]  # the log checks see the engine die too
 
 
 def test_hybrid_on_triton_serves_and_its_kv_tokens_differ_from_the_plan(capsys) -> None:
