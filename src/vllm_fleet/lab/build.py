@@ -415,7 +415,8 @@ def _build_wheelhouse(dest: Path, package: str, version: str, progress: OnProgre
 
     def report(elapsed: float) -> None:
         # pip announces each wheel's size as its download starts; the resolver knows no total before the end
-        detail = f"{tally.collected} packages resolved so far; {tally.item}" if tally.item else ""
+        resolved = tally.collected + tally.processed  # Processing: a wheel found in a local find-links folder
+        detail = f"{resolved} packages resolved so far; {tally.item}" if tally.item else ""
         megabytes = round(tally.announced_bytes / 1e6)
         progress(
             Progress(

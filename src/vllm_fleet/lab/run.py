@@ -693,7 +693,10 @@ def clean(*, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
     (root filesystem, wheelhouse, model, half-built `.partial` folders) and every lock file; then the lab
     root itself when nothing else is in it. The next `lab up` builds the caches again."""
     root = root or lab.lab_root()
-    labs = [down(name, root=root, log=log) for name in known_labs(root)]
+    # the labs of THIS root (a crashed `up` leaves its folder: state.json is written before anything else);
+    # namespaces alone cannot tell which root a lab came from, and another root's labs are not ours to stop
+    names = sorted(p.name for p in _labs_dir(root).glob("*") if p.is_dir())
+    labs = [down(name, root=root, log=log) for name in names]
     removed: list[str] = []
     freed = 0
     for lock_file in sorted(_labs_dir(root).glob("*.lock")):
