@@ -472,12 +472,13 @@ def _verify_wheelhouse(dest: Path, version: str, progress: OnProgress = _no_prog
         py = str(venv / "bin/python")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env["PIP_CONFIG_FILE"] = os.devnull
-        wheels = sum(1 for line in (dest / "requirements.lock").read_text().splitlines() if "==" in line)
+        lock = (dest / "requirements.lock").read_text().splitlines()
+        wheels = sum(1 for line in lock if line.strip() and not line.startswith("#"))
         tally = PipTally()
 
         def report(elapsed: float) -> None:
             # pip prints `Processing` per wheel, then nothing while it installs them all
-            phase = "reading wheels" if tally.processed < wheels else "installing (pip prints nothing here)"
+            phase = "installing (pip prints nothing until done)" if tally.installing else "reading wheels"
             progress(
                 Progress(
                     "wheelhouse check (install of requirements.lock)",

@@ -178,6 +178,7 @@ class PipTally:
     announced_bytes: float = 0.0
     processed: int = 0
     item: str = ""
+    installing: bool = False  # `Installing collected packages: ...`: the last, silent part of an install
 
     def feed(self, line: str) -> bool:
         if match := _PIP_COLLECT_RE.match(line):
@@ -191,5 +192,8 @@ class PipTally:
         if match := _PIP_PROCESS_RE.match(line):
             self.processed += 1
             self.item = match.group(1).rsplit("/", 1)[-1]
+            return True
+        if line.startswith("Installing collected packages:"):
+            self.installing, self.item = True, ""
             return True
         return False
