@@ -35,6 +35,7 @@ from vllm_fleet.lab import tinymodel
 from vllm_fleet.lab.progress import DebootstrapTally, PipTally, Progress
 
 OnProgress = Callable[[Progress], None]
+OnIdle = Callable[[float], None]
 # A step whose tool prints nothing for this long still reports (elapsed time), so a log never looks hung.
 HEARTBEAT_S = 10.0
 
@@ -130,9 +131,10 @@ def run_streaming(
     env: dict[str, str] | None = None,
     what: str = "",
     heartbeat_s: float = HEARTBEAT_S,
-) -> None:
+) -> str:
     """Run a command, handing each output line (stdout and stderr together) to on_line(line, elapsed) as it
-    comes, and on_idle(elapsed) after every heartbeat_s without one; LabBuildError on failure, as run()."""
+    comes, and on_idle(elapsed) after every heartbeat_s without one; returns the whole output. LabBuildError
+    on failure, as run()."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -148,6 +150,7 @@ def run_streaming(
         raise LabBuildError(f"{argv[0]} is not installed: run scripts/bootstrap") from exc
     lines: queue.Queue[str | None] = queue.Queue()
     tail: deque[str] = deque(maxlen=15)
+    output: list[str] = []
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -174,6 +177,7 @@ def run_streaming(
             if line is None:
                 break
             tail.append(line)
+            output.append(line)
             on_line(line, time.monotonic() - started)
             last_report = time.monotonic()
         returncode = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
@@ -185,6 +189,7 @@ def run_streaming(
         raise LabBuildError(
             f"{what or argv[0]} failed (exit {returncode}): {' '.join(argv)}\n" + "\n".join(tail)
         )
+    return "\n".join(output) + ("\n" if output else "")
 
 
 def _no_progress(_: Progress) -> None:
@@ -518,13 +523,30 @@ def _verify_wheelhouse(dest: Path, version: str, progress: OnProgress = _no_prog
         dist.mkdir()
         (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
         (dist / "RECORD").write_text("")
-        seen = run([str(venv / "bin/vllm"), "--version"], timeout=300, env=env, what="vllm --version").strip()
+
+        # vLLM imports torch for these: a minute or more of silence on a busy 2-core machine
+        def checking(what: str) -> OnIdle:
+            def report(elapsed: float) -> None:
+                progress(Progress("wheelhouse check", what, 0, None, "", "", elapsed, str(venv)))
+
+            return report
+
+        seen = run_streaming(
+            [str(venv / "bin/vllm"), "--version"],
+            timeout=300,
+            env=env,
+            on_line=lambda *_: None,
+            on_idle=checking("running `vllm --version`"),
+            what="vllm --version",
+        ).strip()
         if version not in seen:
             raise LabBuildError(f"wheelhouse check: `vllm --version` printed {seen!r}, expected {version}")
-        run(
+        run_streaming(
             [py, "-c", "import vllm.entrypoints.openai.api_server"],
             timeout=300,
             env=env,
+            on_line=lambda *_: None,
+            on_idle=checking("importing vLLM's OpenAI server"),
             what="import vllm.entrypoints.openai.api_server (wheelhouse check)",
         )
         (dest / "verified.json").write_text(json.dumps({"vllm_version": seen.splitlines()[-1]}) + "\n")
