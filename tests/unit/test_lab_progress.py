@@ -72,6 +72,16 @@ def test_pip_tally_over_a_real_wheelhouse_download() -> None:
     assert 400e6 < tally.announced_bytes < 2e9  # torch and friends: hundreds of MB
 
 
+def test_pip_tally_over_a_real_check_install_of_the_lock() -> None:
+    tally = PipTally()
+    phases = []
+    for line in _lines("pip-install-lock.txt"):
+        if tally.feed(line):
+            phases.append((tally.processed, tally.installing))
+    assert tally.processed == 147 and tally.installing  # every wheel of the lock, then the silent install
+    assert phases[-1] == (147, True) and phases[-2] == (147, False)
+
+
 def test_pip_tally_reads_the_sizes_pip_announces() -> None:
     tally = PipTally()
     assert tally.feed("Collecting requests==2.32.3")
@@ -152,7 +162,7 @@ def test_a_lock_with_remove_goes_away_and_a_waiter_locks_the_new_file(tmp_path: 
     def holder() -> None:
         with build.file_lock(path, remove=True):
             entered.set()
-            time.sleep(0.5)
+            time.sleep(1.5)  # the waiter polls every 0.5 s: it reports waiting at least twice
             order.append("holder done")
 
     first = threading.Thread(target=holder)
