@@ -45,6 +45,7 @@ class ActionModule(ActionBase):
                 f"vllm_fleet_lab_up: cannot run {argv[0]}: {exc}; run scripts/bootstrap"
             ) from exc
         stderr: list[str] = []
+        stdout_chunks: list[str] = []
 
         def relay() -> None:
             assert proc.stderr is not None
@@ -52,19 +53,27 @@ class ActionModule(ActionBase):
                 stderr.append(line.rstrip("\n"))
                 display.display(f"  {line.rstrip()}")
 
-        relay_thread = threading.Thread(target=relay, daemon=True)
-        relay_thread.start()
+        def collect() -> None:
+            assert proc.stdout is not None
+            stdout_chunks.append(proc.stdout.read())
+
+        # one reader per pipe: communicate() would read stderr too and split its lines with the relay
+        readers = [threading.Thread(target=f, daemon=True) for f in (relay, collect)]
+        for reader in readers:
+            reader.start()
         try:
-            stdout, _ = proc.communicate(timeout=args["timeout"])
+            proc.wait(timeout=args["timeout"])
         except subprocess.TimeoutExpired:
             proc.terminate()  # `lab up` tears down what it created on SIGTERM
-            stdout, _ = proc.communicate(timeout=120)
-            relay_thread.join(timeout=10)
+            proc.wait(timeout=120)
             raise AnsibleActionFail(
                 f"vllm_fleet_lab_up: lab {args['name']}: `lab up` ran past timeout={args['timeout']} s "
                 "and was stopped; see the lines above for the step it was in"
             ) from None
-        relay_thread.join(timeout=10)
+        finally:
+            for reader in readers:
+                reader.join(timeout=10)
+        stdout = "".join(stdout_chunks)
         result.update(cmd=argv, rc=proc.returncode, stdout=stdout, stderr="\n".join(stderr))
         if proc.returncode != 0:
             result.update(failed=True, msg=f"lab {args['name']}: `lab up` failed: {' '.join(stderr[-5:])}")

@@ -708,7 +708,8 @@ def clean(*, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
             for entry in sorted(cache.iterdir()):
                 if entry.name == ".lock":
                     continue
-                size = _tree_bytes(entry) if entry.is_dir() else entry.lstat().st_size
+                # a link (to another root's artefact) is removed, never followed
+                size = _tree_bytes(entry) if entry.is_dir() and not entry.is_symlink() else entry.lstat().st_size
                 lab_build.remove_tree(entry)
                 freed += size
                 removed.append(str(entry))
