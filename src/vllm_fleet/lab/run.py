@@ -709,7 +709,8 @@ def clean(*, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
                 if entry.name == ".lock":
                     continue
                 # a link (to another root's artefact) is removed, never followed
-                size = _tree_bytes(entry) if entry.is_dir() and not entry.is_symlink() else entry.lstat().st_size
+                linked = entry.is_symlink()
+                size = _tree_bytes(entry) if entry.is_dir() and not linked else entry.lstat().st_size
                 lab_build.remove_tree(entry)
                 freed += size
                 removed.append(str(entry))
