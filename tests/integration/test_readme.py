@@ -18,6 +18,7 @@ suite); every other command must be one of the kinds below, or the last test fai
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -172,5 +173,18 @@ def test_readme_lab_commands_run_as_written_and_leave_no_lab(checkout) -> None:
 @pytest.mark.lab
 @pytest.mark.slow
 def test_readme_rollout_runs_as_written_on_the_default_lab(checkout, installed_lab) -> None:
-    failures = [f for e in _of("rollout") if (f := run_example(checkout, e, timeout=2400))]
-    assert not failures, "\n\n".join(failures)
+    # the rollout writes its run folder under the vllm-fleet checkout it runs from (the installed one, this
+    # checkout): the test removes the folders it made, as a user keeps theirs
+    runs = ROOT / ".vllm-fleet" / "rollouts"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    try:
+        failures = [f for e in _of("rollout") if (f := run_example(checkout, e, timeout=2400))]
+        assert not failures, "\n\n".join(failures)
+        made = set(runs.iterdir()) - before
+        assert len(made) == 1 and (next(iter(made)) / "summary.json").is_file(), made
+    finally:
+        for folder in set(runs.iterdir()) - before if runs.is_dir() else ():
+            shutil.rmtree(folder)
+        for folder in (runs, runs.parent):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
