@@ -170,6 +170,11 @@ def test_healthy_instance_passes_every_check(lab) -> None:
         "restarts",
     } <= names
     assert data["log"]["kv_cache_tokens"] == 1048576
+    # a start that took over 30 s printed the wait's progress line meanwhile (vllm_fleet.verify.progress)
+    if data["readiness"]["waited_s"] > 32:
+        assert "i0.service: waiting for the model to load, " in result.stdout, result.stdout[-3000:]
+        assert " s of 900 s (unit " in result.stdout and "vLLM's last line: " in result.stdout
+    print(f"healthy start: ready after {data['readiness']['waited_s']} s")
     assert data["metrics"]["prefix_cache_hits"] > 0
     assert data["metrics"]["ttft_count"] == 10
     assert "1/1 instances passed" in result.stdout
