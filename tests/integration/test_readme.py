@@ -53,7 +53,7 @@ class Example:
             return "rollout"
         if self.command.startswith(("vllm-fleet lab ", ".venv/bin/ansible ")):
             return "lab"
-        if self.command.startswith("vllm-fleet "):
+        if self.command.startswith(("vllm-fleet ", ".venv/bin/vllm-fleet ")):
             return "tour"
         return "unknown"
 
