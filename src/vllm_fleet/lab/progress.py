@@ -9,6 +9,7 @@ The tool-output parsers are pure functions over the lines debootstrap and pip re
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -83,7 +84,7 @@ class Reporter:
 
     def progress(self, p: Progress) -> None:
         if self.tty:
-            columns = 120
+            columns = shutil.get_terminal_size((120, 24)).columns  # a redrawn line must not wrap
             line = format_bar(p)[: columns - 1]
             print(f"\r\033[K{line}", end="", file=self.stream, flush=True)
             self._bar_shown = True
