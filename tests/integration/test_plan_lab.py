@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 LAB = "plan-it"
 LAB_ROOT = Path(os.environ.get("VLLM_FLEET_LAB_ROOT", "/var/lib/vllm-fleet-lab"))
-NOTHING_INSTALLED = "! id vllm && test ! -e /opt/vllm-fleet && test ! -e /etc/vllm-fleet && echo untouched"
+NOTHING_INSTALLED = (
+    "! id vllm >/dev/null 2>&1 && test ! -e /opt/vllm-fleet && test ! -e /etc/vllm-fleet && echo untouched"
+)
 
 
 def _env() -> dict[str, str]:

@@ -45,6 +45,17 @@ def load_model_config(path: str) -> dict[str, Any]:
     return data
 
 
+def _partition(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError as exc:
+        raise FleetInputError(
+            f"--pp-layer-partition: {text!r} is not a comma-separated list of layer counts such as 16,32"
+        ) from exc
+
+
 def _handle_inventory(args: argparse.Namespace) -> int:
     """Every host's plan from the inventory: the HostPlan preflight would build, no host touched."""
     facts = Path(args.facts) if args.facts else None
@@ -113,6 +124,11 @@ def _handle(args: argparse.Namespace) -> int:
         mamba_cache_mode=args.mamba_cache_mode,
         device=args.device,
         dtype=args.dtype,
+        pipeline_parallel_size=parse_human_int(args.pipeline_parallel_size, "--pipeline-parallel-size"),
+        decode_context_parallel_size=parse_human_int(
+            args.decode_context_parallel_size, "--decode-context-parallel-size"
+        ),
+        pp_layer_partition=_partition(args.pp_layer_partition),
     )
     emit(plan.to_dict(), args.json, format_plan(plan))
     return 0
@@ -147,6 +163,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model-config", metavar="FILE", help="the model's config.json")
     parser.add_argument("--tensor-parallel-size", "-tp", metavar="N")
+    parser.add_argument("--pipeline-parallel-size", "-pp", default="1", metavar="N")
+    parser.add_argument(
+        "--pp-layer-partition", metavar="LIST", help="layers per stage, as VLLM_PP_LAYER_PARTITION (16,32)"
+    )
+    parser.add_argument("--decode-context-parallel-size", "-dcp", default="1", metavar="N")
     memory = parser.add_argument_group("KV memory per GPU (one of)")
     memory.add_argument("--kv-cache-memory-bytes", metavar="B", help="as vLLM's --kv-cache-memory-bytes")
     memory.add_argument("--kv-bytes-per-gpu", metavar="B", help="e.g. a log's 'Available KV cache memory'")

@@ -21,6 +21,16 @@ SCHEMA_VERSION = 1
 WILDCARD_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
 
 
+def plain(value: Any) -> Any:
+    """JSON-shaped data as plain dicts and lists: plans reach filters as Ansible's lazy containers, which
+    `dataclasses.asdict` cannot rebuild (it calls their type)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
 def connect_address(listen: str | None) -> str:
     """Where a client on the host itself reaches an API listening on `listen` (wildcards: loopback)."""
     return "127.0.0.1" if (listen or "") in WILDCARD_ADDRESSES else str(listen)
@@ -87,6 +97,7 @@ class InstancePlan:
             raise FleetInputError(
                 f"{where}: expected a JSON object (an instance plan), got {type(data).__name__}"
             )
+        data = plain(data)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise FleetInputError(
@@ -149,6 +160,8 @@ class HostPlan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "host plan") -> HostPlan:
+        if isinstance(data, Mapping):
+            data = plain(data)
         if not isinstance(data, Mapping) or data.get("schema_version") != SCHEMA_VERSION:
             raise FleetInputError(
                 f"{where}: not a host plan of schema {SCHEMA_VERSION}; run playbooks/preflight.yml (or "

@@ -199,6 +199,7 @@ class ApiTarget:
     prefix_caching: bool
     spec_decode: bool
     model_path: str
+    kv_offload_cpu_bytes: int | None = None  # the CPU KV tier the plan asked for (cpu_bytes_to_use)
 
     @property
     def base_url(self) -> str:
@@ -228,6 +229,7 @@ def api_target(plan: Mapping[str, Any] | InstancePlan, *, address: str | None = 
     if not isinstance(plan, InstancePlan):
         plan = InstancePlan.from_dict(plan)
     return ApiTarget(
+        kv_offload_cpu_bytes=plan.expectations.get("kv_offload_cpu_bytes") or plan.needs.cpu_kv_bytes or None,
         instance=plan.name,
         unit=plan.unit,
         address=connect_address(address or plan.address),
@@ -542,6 +544,8 @@ def check_metrics(
                 f"metrics {rate}, log line {log_rate}",
             )
         )
+    if target.kv_offload_cpu_bytes:
+        checks.append(check_kv_offload_metrics(target, summary))
     ttft_ok = summary.ttft_count > 0
     if ttft_ok and thresholds.ttft_p99_max_s is not None:
         ttft_ok = summary.ttft_p99_s is not None and summary.ttft_p99_s <= thresholds.ttft_p99_max_s
@@ -559,6 +563,33 @@ def check_metrics(
         )
     )
     return checks
+
+
+def check_kv_offload_metrics(target: ApiTarget, summary: MetricsSummary) -> Check:
+    """The CPU KV tier the plan asked for is registered in /metrics (`vllm:kv_offload_*` families), and what
+    it moved over the verify window (reported, not judged: a short window may store nothing)."""
+    offload = summary.kv_offload
+    planned = f"vllm:kv_offload_* present (CPU tier {target.kv_offload_cpu_bytes:,} B)"
+    if not offload:
+        backend = summary.cache_config.get("kv_offloading_backend")
+        return _mk(
+            "kv_offload_metrics",
+            False,
+            planned,
+            None,
+            _where(target, "/metrics"),
+            "no vllm:kv_offload_* metric: the OffloadingConnector is not running"
+            + (f" (cache_config_info kv_offloading_backend={backend})" if backend else ""),
+        )
+    return _mk(
+        "kv_offload_metrics",
+        True,
+        planned,
+        len(offload["families"]),
+        _where(target, "/metrics"),
+        f"{len(offload['families'])} families; stored {offload['store_bytes']} B, loaded "
+        f"{offload['load_bytes']} B over the verify window",
+    )
 
 
 def check_restarts(unit: UnitState, thresholds: Thresholds) -> Check:
