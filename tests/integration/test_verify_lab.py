@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from plans import lab_instance_plan
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -90,13 +91,12 @@ def lab(installed_lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
 
 
 def deploy(inv: Path, extra_args: list[str], env: dict[str, str], expectations: dict) -> None:
-    variables = {
-        "instance": "i0",
-        "port": 8000,
-        "extra_args": extra_args,
-        "env": env,
-        "expectations": expectations,
-    }
+    """The lab instance's real plan (tests/unit/plans.py: build_host_plan over the lab's variables), run
+    with `extra_args` appended (argparse: the later flag wins) and judged against `expectations`."""
+    plan = lab_instance_plan(vllm_service_host="127.0.0.1", vllm_service_max_num_seqs=8)
+    plan["argv"] = plan["argv"] + extra_args
+    plan["expectations"] = {**plan["expectations"], **expectations}
+    variables = {"plan": plan, "env": env}
     result = playbook(inv, "tests/integration/verify/hand_unit.yml", "-e", json.dumps(variables))
     assert result.returncode == 0, result.stdout[-3000:]
 
