@@ -32,6 +32,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RECORDED_8X4090 = ROOT / "inventory" / "examples" / "8x4090-dual-socket" / "recorded"
+# A CPU KV tier needs a GPU instance (vLLM's CPU backend has none): tune plans from this real 2 x RTX 5090
+# one-socket recording (one TP2 instance numactl-bound to node 0) and sizes the lab host for it.
+RECORDED_1SOCKET = ROOT / "inventory" / "examples" / "4x4090-single-socket" / "recorded"
 H200X2 = ROOT / "tests" / "fixtures" / "topology" / "recorded" / "h200x2"
 
 
@@ -86,6 +89,7 @@ def inv(installed_lab) -> Path:
 def test_tune_writes_the_files_and_a_second_run_changes_nothing(inv: Path) -> None:
     # the optional hugetlb pool too (host_tuning_hugepages: true), so its boot-unit line is checked for real
     tier = ["-e", "vllm_service_kv_offload_cpu_bytes=64MiB", "-e", "host_tuning_hugepages=true"]
+    tier += ["-e", f"gpu_topology_recorded_dir={RECORDED_1SOCKET}"]
     first = playbook(inv, "playbooks/tune.yml", *tier)
     assert first.returncode == 0, first.stdout[-4000:]
     assert "node 0: 36 hugepages of 2048 kB" in first.stdout  # 64 MiB + 10 % in 2 MiB pages
@@ -121,6 +125,7 @@ def test_tune_grows_dev_shm_for_the_cpu_kv_tier_and_keeps_it_in_fstab(inv: Path)
             "host_tuning_thp_enabled": "",
             "host_tuning_thp_defrag": "",
             "host_tuning_numa_balancing": "keep",
+            "gpu_topology_recorded_dir": str(RECORDED_1SOCKET),
         }
     )
     first = playbook(inv, "playbooks/tune.yml", "-e", settings)
