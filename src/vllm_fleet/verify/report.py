@@ -141,6 +141,14 @@ def classify_readiness(unit: UnitState, baseline: UnitState | None, health_statu
             f"the process exited (Result={unit.result}, exit status {unit.exec_main_status}) and "
             "systemd is about to restart it",
         )
+    if unit.active_state == "deactivating" and unit.result not in ("", "success"):
+        # the main process died; systemd is stopping what it left (vLLM's engine processes) before the
+        # restart or the failed state: seen live in a lab host, tests/fixtures/metrics/systemctl/
+        return Readiness(
+            "crashed",
+            f"the process exited (Result={unit.result}, exit status {unit.exec_main_status}) and systemd is "
+            "stopping what it left",
+        )
     if unit.active_state in ("inactive", "deactivating"):
         return Readiness("stopped", f"the unit is {unit.active_state} (Result={unit.result}); start it first")
     if health_status == 200 and unit.active_state == "activating":
