@@ -229,7 +229,7 @@ def test_a_cpu_kv_tier_bigger_than_dev_shm_fails_before_anything_changes(inv: Pa
     variables = {"vllm_service_kv_offload_cpu_bytes": shm + 2**26, "gpu_topology_recorded_dir": str(H200X2)}
     proc = playbook(inv, "playbooks/deploy.yml", "-e", json.dumps(variables))
     assert proc.returncode != 0
-    refusal = "GiB in /dev/shm, where vLLM 0.32.0 maps it, but /dev/shm holds"
+    refusal = "GiB in /dev/shm, where vLLM 0.32.0 maps them, but /dev/shm holds"
     assert refusal in proc.stdout, proc.stdout[-3000:]
     assert recap(proc)["changed"] == 0
     assert unit_state(inv)["InvocationID"] == before["InvocationID"]
