@@ -306,6 +306,8 @@ def test_the_role_run_on_the_real_h200_machine() -> None:
 
     record = json.loads((FIX / "h200x2-detect-record.json").read_text())
     again = driver.assess_driver(record["probe"], PIN_580, expected_gpu_count=2).to_dict()
-    assert again == record["assessment"]
+    # the record predates the container/DKMS/MOK fields; its probe has none of their sections
+    assert {key: again[key] for key in record["assessment"]} == record["assessment"]
+    assert (again["container"], again["dkms"], again["mok_enrolled"], again["refusal"]) == (None, [], None, None)
     assert again["status"] == "ok" and again["loaded_module"] == {"version": "580.159.04", "open": True}
     assert [g["bus_id"] for g in again["gpus"]] == ["00000000:00:06.0", "00000000:00:07.0"]
