@@ -1131,8 +1131,77 @@ def cuda_gate(
     message = (
         f"vllm_install_version: {what}; this host's driver is {driver_version} ({driver_source}) on {gpus}, "
         "so vLLM would fail at start (The NVIDIA driver on your system is too old). "
-        f"Fix: set nvidia_driver_branch to '{version_tuple(floor)[0]}' or newer (nvidia_driver_mode: install),"
+        f"Fix: set nvidia_driver_branch to '{version_tuple(floor)[0]}' or newer (nvidia_driver_mode: "
+        "install),"
         " "
         f"or set vllm_install_version to {below}{compat}"
     )
     return gate(False, floor, message)
+
+
+# --------------------------------------------------------------------------------------------- apt sources
+
+SOURCE_FILES = {
+    "nvidia": "/etc/apt/sources.list.d/vllm-fleet-cuda.sources",
+    "distribution": "/etc/apt/sources.list.d/vllm-fleet-nvidia-driver.sources",
+}
+
+
+def apt_sources(role_vars: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """What the role writes for its apt source, from its variables and the host's facts.
+
+    Returns {"source", "file" (the deb822 file), "stale_files" (the other source's file), "stanzas" [{uris,
+    suites, components, signed_by}], "key_needed" (fetch/check a key and place it at the keyring),
+    "packages"}.
+    One function, so the tasks only loop over what it returns."""
+    source = check_source(role_vars.get("nvidia_driver_source", "nvidia"))
+    pin = DriverPin.from_vars(
+        role_vars.get("nvidia_driver_branch", ""),
+        role_vars.get("nvidia_driver_version", ""),
+        role_vars.get("nvidia_driver_open", True),
+    )
+    os_id = str(facts.get("distribution", ""))
+    os_l = os_id.lower()
+    version_fact = "distribution_version" if os_l == "ubuntu" else "distribution_major_version"
+    os_version = str(facts.get(version_fact, ""))
+    keyring = str(role_vars.get("nvidia_driver_repo_keyring", ""))
+    key_configured = bool(
+        role_vars.get("nvidia_driver_repo_key_file") or role_vars.get("nvidia_driver_repo_key_url")
+    )
+    if source == "nvidia":
+        base = str(role_vars.get("nvidia_driver_repo_base_url", ""))
+        url = cuda_repo_url(base, os_id, os_version, str(facts.get("architecture")))
+        stanzas = [{"uris": url, "suites": ["/"], "components": [], "signed_by": keyring}]
+        distro = url.rstrip("/").split("/")[-2]
+        key_needed = True
+        # cuda-keyring's own list names the same URL with another Signed-By: apt would refuse both
+        stale = [f"/etc/apt/sources.list.d/cuda-{distro}-{url.rstrip('/').split('/')[-1]}.list"]
+    else:
+        raw = distribution_sources(
+            pin,
+            os_id,
+            os_version,
+            str(facts.get("distribution_release", "")),
+            url=str(role_vars.get("nvidia_driver_distribution_url") or ""),
+            security_url=str(role_vars.get("nvidia_driver_distribution_security_url") or ""),
+            suites=list(role_vars.get("nvidia_driver_distribution_suites") or []),
+            components=list(role_vars.get("nvidia_driver_distribution_components") or []),
+        )
+        signed_by = (
+            keyring
+            if key_configured
+            else str(role_vars.get("nvidia_driver_distribution_keyring") or DISTRIBUTION_KEYRINGS[os_l])
+        )
+        stanzas = [{**stanza, "signed_by": signed_by} for stanza in raw]
+        distro = os_l
+        key_needed = key_configured
+        stale = []
+    packages = list(role_vars.get("nvidia_driver_packages") or []) or driver_packages(pin, distro, source)
+    return {
+        "source": source,
+        "file": SOURCE_FILES[source],
+        "stale_files": [f for s, f in SOURCE_FILES.items() if s != source] + stale,
+        "stanzas": stanzas,
+        "key_needed": key_needed,
+        "packages": packages,
+    }
