@@ -40,7 +40,9 @@ def _run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float =
         argv, capture_output=True, text=True, timeout=timeout, env=env, check=False, stdin=subprocess.DEVNULL
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -119,8 +121,19 @@ def make_key(gnupghome: Path) -> tuple[str, str]:
     gnupghome.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = {**os.environ, "GNUPGHOME": str(gnupghome)}
     _run(
-        ["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
-         "vllm-fleet lab driver repository (throw-away)", "ed25519", "sign", "1d"],
+        [
+            "gpg",
+            "--batch",
+            "--pinentry-mode",
+            "loopback",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "vllm-fleet lab driver repository (throw-away)",
+            "ed25519",
+            "sign",
+            "1d",
+        ],
         env=env,
     )
     listing = _run(["gpg", "--batch", "--with-colons", "--list-keys"], env=env)
