@@ -843,6 +843,14 @@ def decide_reboot(
         )
     wanted = (policy == "auto" and reboot_required) or (policy == "always" and (reboot_required or changed))
     if not wanted:
+        if reboot_required and container:
+            return RebootDecision(
+                False,
+                False,
+                f"a reboot is required and nvidia_driver_reboot={policy}; {inventory_hostname} is a "
+                f"container ({container}), whose reboot would load no kernel module anyway: load the driver "
+                "on the machine under it",
+            )
         if reboot_required:
             return RebootDecision(
                 False, False, f"a reboot is required and nvidia_driver_reboot={policy}: reboot by hand"
