@@ -7,8 +7,9 @@ packages a lab host lacks are fetched. Two driver versions, because a pin change
 535.261.03-1 (bookworm) and 535.309.01-0+deb12u1 (bookworm-security). The .debs are cached under the lab
 cache (`nvidia-debs-bookworm-535/`) so later runs and CI do not download again.
 
-Then `reprepro` builds a signed repository from them (every version kept: `Limit: 0`), signed by a
-throw-away ed25519 key made in a temporary GNUPGHOME; the test serves it over HTTP inside the lab's network.
+Then `reprepro` builds a signed repository from them, laid out like Debian's archive (the older version in
+`bookworm`, the newer in `bookworm-security`), signed by a throw-away ed25519 key made in a temporary
+GNUPGHOME; the test serves it over HTTP inside the lab's network.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from vllm_fleet.lab import build as lab_build
 DEBIAN_MIRROR = os.environ.get("VLLM_FLEET_LAB_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("VLLM_FLEET_LAB_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 SUITE = "bookworm"
+SECURITY_SUITE = "bookworm-security"
 # Debian's headless compute driver: the proprietary kernel module through DKMS, nvidia-smi, the CUDA driver
 # library and the persistence daemon (what the role's `distribution` source installs on Debian).
 PACKAGES = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced")
@@ -114,6 +116,7 @@ class SignedRepo:
     key_file: Path  # the throw-away public key, ASCII-armored
     fingerprint: str
     components: tuple[str, ...]
+    suites: tuple[str, ...]
 
 
 def make_key(gnupghome: Path) -> tuple[str, str]:
@@ -142,27 +145,35 @@ def make_key(gnupghome: Path) -> tuple[str, str]:
     return fingerprint, armored
 
 
-def _component(deb: Path) -> str:
-    section = _run(["dpkg-deb", "-f", str(deb), "Section"]).strip()
+def _control(deb: Path, field: str) -> str:
+    return _run(["dpkg-deb", "-f", str(deb), field]).strip()
+
+
+def _component(section: str) -> str:
     return section.split("/")[0] if "/" in section else "main"
 
 
 def build_repo(debs: Path, dest: Path, gnupghome: Path) -> SignedRepo:
-    """reprepro repository `bookworm` with the cached .debs in their own components, signed (InRelease)."""
+    """A reprepro repository laid out as Debian's archive is: suite `bookworm` with 535.261.03 and everything
+    else, suite `bookworm-security` with 535.309.01 (reprepro keeps one version per package and suite), each
+    package in its own component (main, non-free, non-free-firmware), signed (InRelease, Release.gpg)."""
     fingerprint, armored = make_key(gnupghome)
-    files = sorted(debs.glob("*.deb"))
-    by_component: dict[str, list[Path]] = {}
-    for deb in files:
-        by_component.setdefault(_component(deb), []).append(deb)
-    components = tuple(sorted(by_component))
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for deb in sorted(debs.glob("*.deb")):
+        suite = SECURITY_SUITE if _control(deb, "Version").startswith(VERSIONS[1].split("-")[0] + "-") else SUITE
+        groups.setdefault((suite, _component(_control(deb, "Section"))), []).append(deb)
+    components = tuple(sorted({component for _, component in groups}))
     (dest / "conf").mkdir(parents=True)
     (dest / "conf" / "distributions").write_text(
-        f"Codename: {SUITE}\nSuite: stable\nArchitectures: amd64\nComponents: {' '.join(components)}\n"
-        f"Limit: 0\nSignWith: {fingerprint}\nDescription: vllm-fleet lab mirror of Debian's NVIDIA driver\n"
+        "\n".join(
+            f"Codename: {suite}\nArchitectures: amd64\nComponents: {' '.join(components)}\n"
+            f"SignWith: {fingerprint}\nDescription: vllm-fleet lab mirror of Debian's NVIDIA driver\n"
+            for suite in (SUITE, SECURITY_SUITE)
+        )
     )
     env = {**os.environ, "GNUPGHOME": str(gnupghome)}
-    for component, group in by_component.items():
-        _run(["reprepro", "-b", str(dest), "-C", component, "includedeb", SUITE, *map(str, group)], env=env)
+    for (suite, component), group in sorted(groups.items()):
+        _run(["reprepro", "-b", str(dest), "-C", component, "includedeb", suite, *map(str, group)], env=env)
     key_file = dest.parent / "repo-key.asc"
     key_file.write_text(armored)
-    return SignedRepo(dest, key_file, fingerprint, components)
+    return SignedRepo(dest, key_file, fingerprint, components, (SUITE, SECURITY_SUITE))

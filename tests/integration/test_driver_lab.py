@@ -185,7 +185,7 @@ def role_vars(env_: dict, version: str, **more) -> dict:
         "nvidia_driver_version": version,
         "nvidia_driver_open": False,
         "nvidia_driver_distribution_url": env_["url"],
-        "nvidia_driver_distribution_suites": ["bookworm"],
+        "nvidia_driver_distribution_suites": list(repo.suites),
         "nvidia_driver_distribution_components": list(repo.components),
         "nvidia_driver_repo_key_file": str(repo.key_file),
         "nvidia_driver_repo_key_fingerprint": repo.fingerprint,
@@ -210,13 +210,13 @@ def installed(inventory: Path, host: str) -> dict[str, str]:
 
 
 def test_the_mirror_serves_both_real_versions(lab_env: dict) -> None:
-    inrelease = (lab_env["repo"].path / "dists" / "bookworm" / "InRelease").read_text()
-    assert "BEGIN PGP SIGNED MESSAGE" in inrelease
-    packages = (
-        lab_env["repo"].path / "dists" / "bookworm" / "non-free" / "binary-amd64" / "Packages"
-    ).read_text()
-    versions = sorted(set(re.findall(r"Package: nvidia-smi\n(?:.*\n)*?Version: (\S+)", packages)))
-    assert versions == ["535.261.03-1", "535.309.01-0+deb12u1"]
+    dists = lab_env["repo"].path / "dists"
+    versions = {}
+    for suite in ("bookworm", "bookworm-security"):
+        assert "BEGIN PGP SIGNED MESSAGE" in (dists / suite / "InRelease").read_text()
+        packages = (dists / suite / "non-free" / "binary-amd64" / "Packages").read_text()
+        versions[suite] = re.findall(r"^Package: nvidia-smi\n(?:.+\n)*?Version: (\S+)", packages, re.MULTILINE)
+    assert versions == {"bookworm": ["535.261.03-1"], "bookworm-security": ["535.309.01-0+deb12u1"]}
 
 
 def test_a_wrong_fingerprint_is_refused_before_apt_reads_the_repository(lab_env: dict) -> None:
