@@ -160,7 +160,9 @@ def build_repo(debs: Path, dest: Path, gnupghome: Path) -> SignedRepo:
     fingerprint, armored = make_key(gnupghome)
     groups: dict[tuple[str, str], list[Path]] = {}
     for deb in sorted(debs.glob("*.deb")):
-        suite = SECURITY_SUITE if _control(deb, "Version").startswith(VERSIONS[1].split("-")[0] + "-") else SUITE
+        suite = (
+            SECURITY_SUITE if _control(deb, "Version").startswith(VERSIONS[1].split("-")[0] + "-") else SUITE
+        )
         groups.setdefault((suite, _component(_control(deb, "Section"))), []).append(deb)
     components = tuple(sorted({component for _, component in groups}))
     (dest / "conf").mkdir(parents=True)

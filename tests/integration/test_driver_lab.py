@@ -215,7 +215,9 @@ def test_the_mirror_serves_both_real_versions(lab_env: dict) -> None:
     for suite in ("bookworm", "bookworm-security"):
         assert "BEGIN PGP SIGNED MESSAGE" in (dists / suite / "InRelease").read_text()
         packages = (dists / suite / "non-free" / "binary-amd64" / "Packages").read_text()
-        versions[suite] = re.findall(r"^Package: nvidia-smi\n(?:.+\n)*?Version: (\S+)", packages, re.MULTILINE)
+        versions[suite] = re.findall(
+            r"^Package: nvidia-smi\n(?:.+\n)*?Version: (\S+)", packages, re.MULTILINE
+        )
     assert versions == {"bookworm": ["535.261.03-1"], "bookworm-security": ["535.309.01-0+deb12u1"]}
 
 
