@@ -465,3 +465,72 @@ def test_numa_skipped_and_other_fatal_kinds() -> None:
         "engine_init_failed",
     ]
     assert rep.errors[0].values == {"arguments": "--kv-cache-memory-byte 10G"}
+
+
+# --- engine deaths while serving (public threads; each file's header names its source) ----------------------
+
+
+def _dead(name: str) -> LogReport:
+    rep = report(name)
+    assert rep.engine_dead, name
+    assert "engine_dead" in kinds(rep)
+    return rep
+
+
+def test_death_kimi_enginedead_then_http_500() -> None:
+    rep = _dead("death-v0.20.2-kimi-k2.6-enginedead-http500-vllm-42362.txt")
+    assert "EngineDeadError: EngineCore encountered an issue" in rep.engine_death["line"]
+    assert rep.engine_death["after_ready"] is False  # the excerpt holds no readiness line
+    http = [e for e in rep.errors if e.kind == "http_server_error"]
+    assert [e.values for e in http] == [{"status": 500, "method": "POST", "path": "/v1/messages?beta=true"}]
+    assert rep.error_counts == {"engine_dead": 1, "http_server_error": 1}
+
+
+def test_death_metal_first_request_answered_then_engine_dead() -> None:
+    rep = _dead("death-vNS-metal-first-request-200-then-enginedead-vllm-metal-112.txt")
+    assert kinds(rep) == ["engine_dead"]  # the 200 is no error
+
+
+def test_death_fatal_error_in_the_busy_loop_after_requests() -> None:
+    rep = _dead("death-v0.8.5ish-qwen2.5vl-fatal-error-after-requests-vllm-17276.txt")
+    assert "EngineCore encountered a fatal error." in rep.engine_death["line"]
+    # the traceback that follows is cut by the excerpt: no root cause to name
+    assert rep.engine_death["root_cause"] is None
+
+
+def test_death_compose_prefix_enginedead_and_two_http_500() -> None:
+    rep = _dead("death-vNS-spark-mxfp4-compose-enginedead-http500s-spark-vllm-mxfp4-3.txt")
+    assert rep.error_counts == {
+        "engine_dead": 1,
+        "http_server_error": 2,
+    }  # the third 500 line is cut mid-line
+    assert rep.engine_death["line"].startswith("ERROR 02-05 16:55:27 [serving_chat.py:1333] vllm.v1.engine")
+
+
+def test_death_request_failed_engine_dead() -> None:
+    rep = _dead("death-v0.9.1ish-enginedead-timeout-request-failed-vllm-19668.txt")
+    assert rep.error_counts == {"engine_dead": 1}
+
+
+def test_death_python_logging_format_engine_core_died() -> None:
+    rep = _dead("death-vNS-python-logging-engine-core-died-unexpectedly-vllm-23517.txt")
+    assert "Engine core proc EngineCore_DP0 died unexpectedly" in rep.engine_death["line"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "death-v0.20.2-kimi-k2.6-enginedead-http500-vllm-42362.txt",
+        "death-vNS-metal-first-request-200-then-enginedead-vllm-metal-112.txt",
+        "death-v0.8.5ish-qwen2.5vl-fatal-error-after-requests-vllm-17276.txt",
+        "death-vNS-spark-mxfp4-compose-enginedead-http500s-spark-vllm-mxfp4-3.txt",
+        "death-v0.9.1ish-enginedead-timeout-request-failed-vllm-19668.txt",
+        "death-vNS-python-logging-engine-core-died-unexpectedly-vllm-23517.txt",
+    ],
+)
+def test_a_dead_engine_fails_ready_and_no_errors(name: str) -> None:
+    from vllm_fleet.verify.logcheck import check_log
+
+    checks = {c.name: c for c in check_log(report(name), {"ready": True, "no_errors": True})}
+    assert not checks["ready"].ok and "the engine died" in checks["ready"].detail
+    assert not checks["no_errors"].ok and "engine_dead" in checks["no_errors"].seen

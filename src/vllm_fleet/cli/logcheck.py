@@ -11,10 +11,10 @@ import argparse
 import sys
 from typing import Any
 
-from vllm_fleet.cli import emit, read_input_file
+from vllm_fleet.cli import emit
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.sizes import parse_human_int
-from vllm_fleet.verify.logcheck import Check, LogReport, check_log, parse_log
+from vllm_fleet.verify.logcheck import Check, LogReport, check_log, parse_file, parse_stream
 
 
 def _expectations(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,6 +52,10 @@ def _expectations(args: argparse.Namespace) -> dict[str, Any]:
         expected["ready"] = True
     if args.expect_no_errors:
         expected["no_errors"] = True
+    if args.expect_kv_offload_cpu_bytes is not None:
+        expected["kv_offload_cpu_bytes"] = parse_human_int(
+            args.expect_kv_offload_cpu_bytes, "--expect-kv-offload-cpu-bytes"
+        )
     return expected
 
 
@@ -95,6 +99,22 @@ def format_report(report: LogReport, checks: list[Check]) -> str:
         f"NUMA nodes bound      {report.numa_nodes or '-'}",
         f"ready                 {'yes' if report.ready else 'no'}",
     ]
+    if report.engine_dead:
+        death = report.engine_death or {}
+        cause = death.get("root_cause")
+        rows.append(
+            f"engine died          {' after readiness' if death.get('after_ready') else ''}: "
+            f"{str(death.get('line', '')).strip()}"
+            + (f" (root cause {cause['exception']}: {cause['message']})" if cause else "")
+        )
+    if report.kv_offload:
+        offload = report.kv_offload
+        rows.append(
+            f"KV offload            connector {show(offload.get('connector'))}, "
+            f"spec {show(offload.get('spec'))}, "
+            f"cpu_bytes_to_use {show(offload.get('cpu_bytes_configured'))}, CPU tensors "
+            f"{show(offload.get('cpu_tensors'))}, {offload.get('transfer_intervals', 0)} transfer interval(s)"
+        )
     if report.spec_decode:
         spec = report.spec_decode
         rows.append(
@@ -118,8 +138,13 @@ def format_report(report: LogReport, checks: list[Check]) -> str:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.file == "-" else read_input_file(args.file, "logcheck FILE")
-    report = parse_log(text)
+    if args.file == "-":
+        report = parse_stream(sys.stdin)
+    else:
+        try:  # streamed: a journal of any size in flat memory
+            report = parse_file(args.file)
+        except OSError as exc:
+            raise FleetInputError(f"logcheck FILE: cannot read {args.file!r}: {exc.strerror}") from exc
     checks = check_log(report, _expectations(args))
     result = report.to_dict()
     result.pop("evidence", None)
@@ -138,7 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "print "
             "the KV cache size, concurrency, kv-cache dtype, attention backend, custom all-reduce state, "
             "NUMA "
-            "binding, readiness, speculative-decoding and periodic stats, and fatal errors. With --expect-* "
+            "binding, readiness, speculative-decoding and periodic stats, the KV offload tier, an engine "
+            "that died while serving, and fatal errors. With --expect-* "
             "flags, exit 1 when a check fails."
         ),
     )
@@ -155,5 +181,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--expect-ready", action="store_true", help="the server must have announced readiness"
     )
     parser.add_argument("--expect-no-errors", action="store_true", help="no fatal error line allowed")
+    parser.add_argument(
+        "--expect-kv-offload-cpu-bytes",
+        metavar="BYTES",
+        help="planned CPU KV tier (OffloadingConnector + CPUOffloadingSpec, cpu_bytes_to_use); 0 = none",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

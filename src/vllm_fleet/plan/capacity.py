@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.model import NON_ATTENTION_KINDS, ModelInfo
+from vllm_fleet.plan.model import _int as _int
 from vllm_fleet.sizes import format_bytes, format_count
 
 # Every value vLLM 0.33 accepts (vllm-facts §1); only some can be sized here.
@@ -92,6 +94,34 @@ class LinearAttentionState:
 
 
 @dataclass(frozen=True)
+class MambaState:
+    """One Mamba layer's state (`MambaStateShapeCalculator.mamba2_state_shape` / `mamba1_state_shape`)."""
+
+    kind: str  # mamba2 | mamba1
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    intermediate_size: int
+    ssm_dtype: str | None
+
+    def page_bytes(self, tensor_parallel_size: int, conv_bytes: int, num_speculative_tokens: int) -> int:
+        tp = tensor_parallel_size
+        ssm_bytes = _MODEL_DTYPE_BYTES.get(self.ssm_dtype or "", conv_bytes)
+        if self.kind == "mamba1":
+            conv = (
+                (self.intermediate_size // tp) * (self.conv_kernel - 1 + num_speculative_tokens) * conv_bytes
+            )
+            return conv + (self.intermediate_size // tp) * self.state_size * ssm_bytes
+        # n_groups that do not divide over TP are replicated so that every head's group is local.
+        groups = self.n_groups if self.n_groups % tp == 0 else self.n_groups + tp - self.n_groups
+        conv_dim = self.intermediate_size + 2 * groups * self.state_size
+        conv = (conv_dim // tp) * (self.conv_kernel - 1 + num_speculative_tokens) * conv_bytes
+        return conv + (self.num_heads // tp) * self.head_dim * self.state_size * ssm_bytes
+
+
+@dataclass(frozen=True)
 class KvShape:
     """What a model stores per token, read from its config.json."""
 
@@ -109,8 +139,10 @@ class KvShape:
     mla_rope_head_dim: int | None
     model_dtype: str
     max_position_limit: int | None
-    linear: LinearAttentionState | None
+    linear: LinearAttentionState | MambaState | None
     notes: tuple[str, ...] = ()
+    layer_kinds: tuple[str, ...] = ()
+    attention_sinks: bool = False
 
     @property
     def is_mla(self) -> bool:
@@ -137,146 +169,102 @@ class KvShape:
         return _shape_from_config(config, source)
 
 
-def _int_field(cfg: dict[str, Any], names: tuple[str, ...], source: str, default: int | None = None) -> int:
-    for name in names:
-        value = cfg.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise FleetInputError(
-                f"{source}: {name} = {value!r} is not a positive integer; fix the config.json"
-            )
-        return value
-    if default is not None:
-        return default
-    raise FleetInputError(
-        f"{source}: no {' / '.join(names)} in the model's config.json (nor in its text_config); give the "
-        "config.json of the model itself (the one beside the weights)"
+def _mamba2_state(info: ModelInfo, source: str) -> MambaState:
+    cfg = info.raw
+
+    def pick(*names: str, default: int | None = None) -> int:
+        return _int(cfg, names, source, default=default)
+
+    heads = pick("mamba_n_heads", "mamba_num_heads")
+    head_dim = pick("mamba_d_head", "mamba_head_dim")
+    return MambaState(
+        kind="mamba2",
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=pick("mamba_d_state", "ssm_state_size", "state_size"),
+        n_groups=pick("mamba_n_groups", "n_groups", default=1),
+        conv_kernel=pick("mamba_d_conv", "conv_kernel", default=4),
+        intermediate_size=heads * head_dim,
+        ssm_dtype=cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None,
     )
 
 
-def _merged_text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Top-level keys overlaid by the language model's own section (multimodal wrappers nest it)."""
-    merged = {key: value for key, value in config.items() if not isinstance(value, dict)}
-    for nested in ("text_config", "llm_config", "language_config"):
-        section = config.get(nested)
-        if isinstance(section, dict):
-            merged.update(section)
-            break
-    return merged
+def _mamba1_state(info: ModelInfo, source: str) -> MambaState:
+    cfg = info.raw
+    hidden = info.hidden_size or 0
+    expand = cfg.get("mamba_expand", 2)
+    return MambaState(
+        kind="mamba1",
+        num_heads=0,
+        head_dim=0,
+        state_size=_int(cfg, ("mamba_d_state", "state_size"), source, default=16),
+        n_groups=0,
+        conv_kernel=_int(cfg, ("mamba_d_conv", "conv_kernel"), source, default=4),
+        intermediate_size=int(hidden * expand),
+        ssm_dtype=cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None,
+    )
 
 
-def _layer_kinds(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[list[str], list[str]]:
-    """One kind per layer: 'full', 'sliding' or 'linear', with notes on how it was decided."""
-    notes: list[str] = []
-    layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and layer_types:
-        if len(layer_types) != num_layers:
-            raise FleetInputError(
-                f"{source}: layer_types lists {len(layer_types)} layers but num_hidden_layers is "
-                f"{num_layers}; "
-                "fix the config.json"
-            )
-        kinds = []
-        for index, kind in enumerate(layer_types):
-            text = str(kind)
-            if text in ("linear_attention", "mamba", "gated_delta_net", "linear"):
-                kinds.append("linear")
-            elif "sliding" in text or text == "chunked_attention":
-                kinds.append("sliding")
-            elif "attention" in text:
-                kinds.append("full")
-            else:
-                raise FleetInputError(
-                    f"{source}: layer_types[{index}] = {text!r} is not a layer kind the planner knows "
-                    "(full_attention, sliding_attention, linear_attention)"
-                )
-        notes.append("layer kinds from layer_types")
-        return kinds, notes
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0 and any(k.startswith("linear_") for k in cfg):
-        notes.append(f"every {interval}th layer is full attention (full_attention_interval)")
-        return ["full" if (i + 1) % interval == 0 else "linear" for i in range(num_layers)], notes
-    window = cfg.get("sliding_window")
-    if isinstance(window, int) and window > 0 and cfg.get("use_sliding_window", True) is not False:
-        pattern = cfg.get("sliding_window_pattern")
-        if isinstance(pattern, int) and pattern > 1:
-            notes.append(f"every {pattern}th layer is full attention (sliding_window_pattern)")
-            return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers)], notes
-        if str(cfg.get("model_type", "")).startswith("gemma2"):
-            notes.append("Gemma-2 alternates sliding and full layers")
-            return ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)], notes
-        notes.append(f"every layer uses a sliding window of {window}")
-        return ["sliding"] * num_layers, notes
-    return ["full"] * num_layers, notes
-
-
-def _position_limit(cfg: dict[str, Any]) -> int | None:
-    """The longest context the checkpoint supports as configured (YaRN: original × factor)."""
-    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    if isinstance(rope, dict):
-        factor = rope.get("factor")
-        original = rope.get("original_max_position_embeddings")
-        if isinstance(factor, int | float) and isinstance(original, int) and factor > 0:
-            return int(original * factor)
-    limit = cfg.get("max_position_embeddings")
-    return limit if isinstance(limit, int) and limit > 0 else None
+def _kda_state(info: ModelInfo, source: str) -> LinearAttentionState:
+    attn = info.raw.get("linear_attn_config") or {}
+    heads = _int(attn, ("num_heads",), source + " linear_attn_config")
+    dim = _int(attn, ("head_dim",), source + " linear_attn_config")
+    # KDA keeps q, k, v short-conv states and a (head_dim x head_dim) state per head, like Gated DeltaNet
+    # with as many key as value heads.
+    return LinearAttentionState(
+        num_key_heads=heads,
+        num_value_heads=heads,
+        key_head_dim=dim,
+        value_head_dim=dim,
+        conv_kernel=_int(attn, ("short_conv_kernel_size",), source + " linear_attn_config", default=4),
+        ssm_dtype=None,
+    )
 
 
 def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
-    if not isinstance(config, dict):
-        raise FleetInputError(
-            f"{source}: expected a JSON object (the model's config.json), got {type(config)}"
-        )
-    cfg = _merged_text_config(config)
-    num_layers = _int_field(cfg, ("num_hidden_layers", "num_layers", "n_layer"), source)
-    heads = _int_field(cfg, ("num_attention_heads", "n_head"), source)
-    kv_heads = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), source, default=heads)
-    hidden = cfg.get("hidden_size")
-    head_default = hidden // heads if isinstance(hidden, int) and hidden > 0 else None
-    if head_default is None and cfg.get("head_dim") is None:
-        raise FleetInputError(
-            f"{source}: neither head_dim nor hidden_size in the model's config.json, so the KV head size is "
-            "unknown; give the config.json of the model itself (the one beside the weights)"
-        )
-    head_dim = _int_field(cfg, ("head_dim",), source, default=head_default)
-    v_head_dim = head_dim
-    kv_lora_rank = cfg.get("kv_lora_rank")
-    rope_dim = None
-    if kv_lora_rank is not None:
-        kv_lora_rank = _int_field(cfg, ("kv_lora_rank",), source)
-        rope_dim = _int_field(cfg, ("qk_rope_head_dim",), source)
-        kv_heads = 1
-    kinds, notes = _layer_kinds(cfg, num_layers, source)
-    linear = None
+    info = ModelInfo.from_config(config, source)
+    cfg = info.raw
+    kinds = info.layer_kinds
+    linear: LinearAttentionState | MambaState | None = None
     if "linear" in kinds:
         linear = LinearAttentionState(
-            num_key_heads=_int_field(cfg, ("linear_num_key_heads",), source),
-            num_value_heads=_int_field(cfg, ("linear_num_value_heads",), source),
-            key_head_dim=_int_field(cfg, ("linear_key_head_dim",), source),
-            value_head_dim=_int_field(cfg, ("linear_value_head_dim",), source),
-            conv_kernel=_int_field(cfg, ("linear_conv_kernel_dim", "conv_kernel"), source, default=4),
+            num_key_heads=_int(cfg, ("linear_num_key_heads",), source),
+            num_value_heads=_int(cfg, ("linear_num_value_heads",), source),
+            key_head_dim=_int(cfg, ("linear_key_head_dim",), source),
+            value_head_dim=_int(cfg, ("linear_value_head_dim",), source),
+            conv_kernel=_int(cfg, ("linear_conv_kernel_dim", "conv_kernel"), source, default=4),
             ssm_dtype=cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None,
         )
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"
-    window = cfg.get("sliding_window") if "sliding" in kinds else None
+    elif "mamba" in kinds:
+        linear = _mamba2_state(info, source)
+    elif "mamba1" in kinds:
+        linear = _mamba1_state(info, source)
+    elif "kda" in kinds:
+        linear = _kda_state(info, source)
+    elif "short_conv" in kinds:
+        raise FleetInputError(
+            f"{source}: layer_types has short-conv layers (LFM2), which the planner does not size; "
+            "check the real log with `vllm-fleet logcheck`"
+        )
     return KvShape(
-        model_type=str(cfg.get("model_type") or config.get("model_type") or "unknown"),
-        num_layers=num_layers,
-        full_attention_layers=kinds.count("full"),
-        sliding_window_layers=kinds.count("sliding"),
-        linear_attention_layers=kinds.count("linear"),
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        v_head_dim=v_head_dim,
-        sliding_window=window if isinstance(window, int) else None,
-        mla_kv_lora_rank=kv_lora_rank,
-        mla_rope_head_dim=rope_dim,
-        model_dtype=str(dtype),
-        max_position_limit=_position_limit(cfg),
+        model_type=info.model_type,
+        num_layers=info.num_layers,
+        full_attention_layers=info.count("full"),
+        sliding_window_layers=info.count("sliding"),
+        linear_attention_layers=sum(info.count(k) for k in NON_ATTENTION_KINDS),
+        num_attention_heads=info.num_attention_heads,
+        num_kv_heads=info.num_kv_heads,
+        head_dim=info.head_dim,
+        v_head_dim=info.v_head_dim,
+        sliding_window=info.sliding_window,
+        mla_kv_lora_rank=info.mla_kv_lora_rank,
+        mla_rope_head_dim=info.mla_rope_head_dim,
+        model_dtype=info.torch_dtype,
+        max_position_limit=info.position_limit,
         linear=linear,
-        notes=tuple(notes),
+        notes=info.notes,
+        layer_kinds=kinds,
+        attention_sinks=info.attention_sinks,
     )
 
 
@@ -327,6 +315,10 @@ class CapacityPlan:
     model_type: str
     device: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int
+    decode_context_parallel_size: int
+    exact: bool  # False: a family or a parallel layout whose counting is not checked against vLLM
+    approximate_because: list[str]
     kv_cache_dtype: str
     kv_dtype_bytes: int
     max_model_len: int
@@ -397,6 +389,77 @@ def _blocks_for(
     return state_blocks
 
 
+def pp_stage_layers(num_layers: int, pp_size: int, partition: list[int] | None = None) -> list[int]:
+    """Layers per pipeline stage: `vllm/distributed/utils.py get_pp_indices` (the remainder goes to the
+    stages before the last, from the second-to-last backwards), or VLLM_PP_LAYER_PARTITION."""
+    if partition is not None:
+        if len(partition) != pp_size or sum(partition) != num_layers or min(partition) <= 0:
+            raise FleetInputError(
+                f"--pp-layer-partition: {','.join(map(str, partition))} must be {pp_size} positive layer "
+                f"counts that add up to the model's {num_layers} layers (as VLLM_PP_LAYER_PARTITION)"
+            )
+        return list(partition)
+    if pp_size > num_layers:
+        raise FleetInputError(
+            f"--pipeline-parallel-size: {pp_size} stages for a model of {num_layers} layers; use at most "
+            f"{num_layers}"
+        )
+    stages = [num_layers // pp_size] * pp_size
+    for i in range(2, num_layers % pp_size + 2):
+        stages[-i] += 1
+    return stages
+
+
+def _largest_stage_group(shape: KvShape, stages: list[int], group_size: int, groups: list[_Group]) -> int:
+    """Layers per KV-cache group on the stage with the most (that stage has the fewest blocks)."""
+    if len(stages) == 1:
+        return group_size
+    if len(groups) == 1:
+        return max(stages)
+    kinds = shape.layer_kinds
+    if len(kinds) != shape.num_layers:  # MLP-only layers (Nemotron-H) hold no cache: spread evenly
+        return max(math.ceil(group_size * layers / shape.num_layers) for layers in stages)
+    largest, start = 0, 0
+    for layers in stages:
+        part = kinds[start : start + layers]
+        start += layers
+        for group in groups:
+            largest = max(largest, math.ceil(part.count(group.kind) / group.count))
+    return largest
+
+
+# Counting checked against real logs (tests/unit/test_capacity.py) or read from vLLM 0.26's source.
+_EXACT_KINDS = frozenset({"full", "linear"})
+_PARALLEL_READ_IN = (0, 26, 0)
+
+
+def _approximate_because(
+    shape: KvShape, version: tuple[int, int, int] | None, pp: int, dcp: int
+) -> list[str]:
+    """Why this plan is not exact; empty when the family and layout are counted the way vLLM counts."""
+    reasons = []
+    kinds = set(shape.layer_kinds) or {"full"}
+    if shape.sliding_window_layers:
+        reasons.append(
+            "sliding-window layers: vLLM's per-release window accounting is not reproduced from real logs"
+        )
+    if shape.attention_sinks:
+        reasons.append("attention sinks (gpt-oss): not checked against a real log")
+    for kind in sorted(kinds - _EXACT_KINDS - {"sliding"}):
+        reasons.append(f"{kind} layers: the state size follows vLLM's shape formula, no real log reproduced")
+    old = version is not None and version < _PARALLEL_READ_IN
+    if pp > 1 and (old or len(kinds) > 1):
+        reasons.append(
+            "pipeline parallelism: counted as vLLM 0.26 does (the largest stage)"
+            + (f", not checked for {'.'.join(map(str, version))}" if old and version else "")
+            + ("; hybrid stages" if len(kinds) > 1 else "")
+        )
+    if dcp > 1 and old and version:
+        release = ".".join(map(str, version))
+        reasons.append(f"decode context parallelism: counted as vLLM 0.26 does, not checked for {release}")
+    return reasons
+
+
 def _require_positive(name: str, value: int | None) -> None:
     if value is None:
         return
@@ -419,8 +482,19 @@ def plan_capacity(
     mamba_cache_mode: str = "align",
     device: str = "GPU",
     dtype: str | None = None,
+    pipeline_parallel_size: int = 1,
+    decode_context_parallel_size: int = 1,
+    pp_layer_partition: list[int] | None = None,
 ) -> CapacityPlan:
-    """Plan one instance's KV cache. Every size is per GPU (per TP rank), as vLLM's flags are."""
+    """Plan one instance's KV cache. Every size is per GPU (per TP rank), as vLLM's flags are.
+
+    `pipeline_parallel_size` splits the layers into stages the way `get_pp_indices` does (or as
+    `pp_layer_partition`, VLLM_PP_LAYER_PARTITION, says); every stage gets `kv_bytes_per_gpu` and the pool
+    has the block count of the stage that holds the most layers (vLLM takes the smallest count of all
+    workers). `decode_context_parallel_size` shards each request's tokens over that many ranks: a full-
+    attention layer needs `cdiv(cdiv(max_model_len, dcp), block_size)` blocks per request
+    (`FullAttentionSpec.max_memory_usage_bytes`, vLLM 0.26).
+    """
     shape = model_config if isinstance(model_config, KvShape) else KvShape.from_model_config(model_config)
     _require_positive("--tensor-parallel-size", tensor_parallel_size)
     _require_positive("--max-model-len", max_model_len)
@@ -428,6 +502,8 @@ def plan_capacity(
     _require_positive("--block-size", block_size)
     _require_positive("--max-num-batched-tokens", max_num_batched_tokens)
     _require_positive("--avg-input-len", avg_input_len)
+    _require_positive("--pipeline-parallel-size", pipeline_parallel_size)
+    _require_positive("--decode-context-parallel-size", decode_context_parallel_size)
     if num_speculative_tokens < 0:
         raise FleetInputError(f"--num-speculative-tokens: {num_speculative_tokens} must be 0 or more")
     if mamba_cache_mode not in ("align", "none"):
@@ -503,8 +579,16 @@ def plan_capacity(
         )
     page = effective_block * per_layer_rank if shape.attention_layers else linear_page
     group_size, groups = _groups(shape)
-    bytes_per_block = group_size * page
+    stages = pp_stage_layers(shape.num_layers, pipeline_parallel_size, pp_layer_partition)
+    stage_group_size = _largest_stage_group(shape, stages, group_size, groups)
+    bytes_per_block = stage_group_size * page
     num_blocks = kv_bytes_per_gpu // bytes_per_block
+    if pipeline_parallel_size > 1:
+        notes.append(
+            f"pipeline stages hold {stages} layers; the pool has the block count of the largest "
+            f"({stage_group_size} layers per KV-cache group there)"
+        )
+    dcp = decode_context_parallel_size
 
     batched = max_num_batched_tokens
     if shape.sliding_window_layers and batched is None:
@@ -516,7 +600,15 @@ def plan_capacity(
 
     def blocks_needed(tokens: int) -> int:
         return sum(
-            group.count * _blocks_for(group, tokens, effective_block, shape, batched or 0, state_blocks)
+            group.count
+            * _blocks_for(
+                group,
+                math.ceil(tokens / dcp) if group.kind == "full" else tokens,
+                effective_block,
+                shape,
+                batched or 0,
+                state_blocks,
+            )
             for group in groups
         )
 
@@ -573,6 +665,9 @@ def plan_capacity(
     if avg_input_len is not None:
         avg_concurrency = num_blocks / blocks_needed(avg_input_len)
 
+    approximate = _approximate_because(shape, version, pipeline_parallel_size, dcp)
+    if approximate:
+        warnings.append("approximate: " + "; ".join(approximate))
     line = (
         f"{device} KV cache size: {format_count(tokens)} tokens, Maximum concurrency for "
         f"{format_count(max_model_len)} tokens per request: {concurrency:.2f}x"
@@ -587,6 +682,10 @@ def plan_capacity(
         model_type=shape.model_type,
         device=device,
         tensor_parallel_size=tp,
+        pipeline_parallel_size=pipeline_parallel_size,
+        decode_context_parallel_size=dcp,
+        exact=not approximate,
+        approximate_because=approximate,
         kv_cache_dtype=kv_cache_dtype,
         kv_dtype_bytes=dtype_bytes,
         max_model_len=max_model_len,
@@ -633,7 +732,8 @@ def format_plan(plan: CapacityPlan) -> str:
         f"{format_count(plan.num_gpu_blocks)} blocks "
         f"of {plan.block_size} tokens",
         f"{plan.device + ' KV tokens':<22}{format_count(plan.gpu_kv_tokens)} "
-        f"(TP {plan.tensor_parallel_size})",
+        f"(TP {plan.tensor_parallel_size}, PP {plan.pipeline_parallel_size}, "
+        f"DCP {plan.decode_context_parallel_size}) {'exact' if plan.exact else 'APPROXIMATE'}",
         f"max concurrency       {plan.max_concurrency:.2f}x at {format_count(plan.max_model_len)} tokens",
         f"{'fits on ' + plan.device:<22}{'yes' if plan.fits_on_gpu else 'NO'}"
         + (

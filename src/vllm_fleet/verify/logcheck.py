@@ -25,16 +25,43 @@ by a terminal. Messages are matched by their text anywhere in the line, never by
 
 from __future__ import annotations
 
+import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from vllm_fleet.errors import FleetInputError
+
+
+class _Literal:
+    """Regexes that each start with a literal, tried in turn; a leading `\\b` is checked by hand.
+
+    `re` finds a pattern that starts with a literal by skipping to that literal; a leading `\\b` or an
+    alternation makes it try every position instead, which costs 50x on a 3 kB engine-config line.
+    """
+
+    def __init__(self, *patterns: str) -> None:
+        self.patterns = tuple(
+            (re.compile(p[2:]), True) if p.startswith("\\b") else (re.compile(p), False) for p in patterns
+        )
+
+    def search(self, line: str) -> re.Match[str] | None:
+        for pattern, word in self.patterns:
+            for match in pattern.finditer(line):
+                start = match.start()
+                if not word or start == 0 or not (line[start - 1].isalnum() or line[start - 1] == "_"):
+                    return match
+        return None
+
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _PROCESS_PREFIX = re.compile(r"^(?:\s*\([\w.-]+(?: rank=\d+)? pid=\d+\)\s?|\s*\[Stage-\d+\]\s?)+")
 _JOURNAL_PREFIX = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?: ")
+# `journalctl -o short-iso` and container runtimes put an ISO-8601 stamp (and maybe host + unit) first.
+_ISO_PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+(?:\S+ [\w.@-]+\[\d+\]: )?")
+_COMPOSE_PREFIX = re.compile(r"^[\w.-]+\s+\|\s")
 _CONTINUATION_START = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|^\s*(?:File |Traceback|\[|\()")
 
 # --- version ---------------------------------------------------------------------------------------------
@@ -46,8 +73,11 @@ _VERSION_PATTERNS = (
 # --- KV cache size
 _KV_TOKENS = re.compile(r"(?P<dev>GPU \+ host|[A-Z]{2,5}) KV cache size: (?P<tokens>[\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
-_BLOCKS = re.compile(
-    r"(?:^|[^\w])(?:# )?(?P<dev>GPU|cuda|CUDA|gpu) blocks: (?P<gpu>\d+)(?:, # CPU blocks: (?P<cpu>\d+))?"
+_BLOCKS = _Literal(
+    *(
+        rf"\b{dev} blocks: (?P<gpu>\d+)(?:, # CPU blocks: (?P<cpu>\d+))?"
+        for dev in ("GPU", "cuda", "CUDA", "gpu")
+    )
 )
 _AVAILABLE = (
     re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB"),
@@ -57,30 +87,47 @@ _AVAILABLE = (
     re.compile(r"Explicitly set \((?P<gib>[\d.]+)/[\d.]+\) GiB for KV cache"),
 )
 # --- configuration in effect --------------------------------------------------------------------------------
-_KV_DTYPE_CONFIG = re.compile(r"\bkv_cache_dtype=(?P<d>[\w]+)")
+_KV_DTYPE_CONFIG = _Literal(r"\bkv_cache_dtype=(?P<d>[\w]+)")
 _KV_DTYPE_ARGS = re.compile(r"'kv_cache_dtype': '(?P<d>[\w]+)'")
 _KV_DTYPE_USING = re.compile(r"Using (?P<d>[\w]+) data type to store kv cache")
-_MAX_SEQ_LEN = re.compile(
-    r"\bmax_seq_len=(?P<n>\d+)|'max_model_len': (?P<a>\d+)|Using max model len (?P<u>\d+)"
+_MAX_SEQ_LEN = _Literal(
+    r"\bmax_seq_len=(?P<n>\d+)", r"'max_model_len': (?P<n>\d+)", r"Using max model len (?P<n>\d+)"
 )
-_TP = re.compile(r"\btensor_parallel_size=(?P<n>\d+)|'tensor_parallel_size': (?P<a>\d+)")
-_DISABLE_CAR = re.compile(
-    r"\bdisable_custom_all_reduce=(?P<v>True|False)|'disable_custom_all_reduce': (?P<a>True|False)"
+_TP = _Literal(r"\btensor_parallel_size=(?P<n>\d+)", r"'tensor_parallel_size': (?P<n>\d+)")
+_PARALLEL_SIZES = (
+    (
+        "pipeline_parallel_size",
+        _Literal(r"\bpipeline_parallel_size=(?P<n>\d+)", r"'pipeline_parallel_size': (?P<n>\d+)"),
+    ),
+    (
+        "decode_context_parallel_size",
+        _Literal(r"\bdecode_context_parallel_size=(?P<n>\d+)", r"'decode_context_parallel_size': (?P<n>\d+)"),
+    ),
+)
+_DISABLE_CAR = _Literal(
+    r"\bdisable_custom_all_reduce=(?P<v>True|False)", r"'disable_custom_all_reduce': (?P<v>True|False)"
 )
 # --- other settings and figures in effect: settings[name] = the last value seen ---------------------------
-_SETTINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+# (name, literal needles, patterns): a pattern is tried only when the line holds one of the needles.
+_SETTINGS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     (
         "max_num_batched_tokens",
+        ("max_num_batched_tokens",),
         (r"\bmax_num_batched_tokens=(?P<v>\d+)", r"'max_num_batched_tokens': (?P<v>\d+)"),
     ),
-    ("max_num_seqs", (r"\bmax_num_seqs=(?P<v>\d+)", r"'max_num_seqs': (?P<v>\d+)")),
-    ("model_dtype", (r"\bdtype=torch\.(?P<v>\w+)", r"'dtype': '(?P<v>\w+)'")),
-    ("quantization", (r"\bquantization=(?P<v>\w+)", r"'quantization': '(?P<v>\w+)'")),
-    ("architecture", (r"Resolved architecture: (?P<v>\w+)",)),
-    ("speculative_method", (r"SpeculativeConfig\(method='(?P<v>\w+)'",)),
-    ("num_speculative_tokens", (r"\bnum_spec_tokens=(?P<v>\d+)", r"'num_speculative_tokens': (?P<v>\d+)")),
+    ("max_num_seqs", ("max_num_seqs",), (r"\bmax_num_seqs=(?P<v>\d+)", r"'max_num_seqs': (?P<v>\d+)")),
+    ("model_dtype", ("dtype=torch.", "'dtype': '"), (r"\bdtype=torch\.(?P<v>\w+)", r"'dtype': '(?P<v>\w+)'")),
+    ("quantization", ("quantization",), (r"\bquantization=(?P<v>\w+)", r"'quantization': '(?P<v>\w+)'")),
+    ("architecture", ("Resolved architecture",), (r"Resolved architecture: (?P<v>\w+)",)),
+    ("speculative_method", ("SpeculativeConfig(method=",), (r"SpeculativeConfig\(method='(?P<v>\w+)'",)),
+    (
+        "num_speculative_tokens",
+        ("num_spec_tokens=", "'num_speculative_tokens'"),
+        (r"\bnum_spec_tokens=(?P<v>\d+)", r"'num_speculative_tokens': (?P<v>\d+)"),
+    ),
     (
         "gpu_memory_utilization",
+        ("gpu_memory_utilization", "gpu-memory-utilization"),
         (
             r"\bgpu_memory_utilization[=: ]+\(?(?P<v>\d+(?:\.\d+)?)",
             r"current --gpu-memory-utilization=(?P<v>\d+(?:\.\d+)?)",
@@ -89,11 +136,13 @@ _SETTINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "gpu_memory_utilization_suggested",
+        ("gpu-memory-utilization",),
         (r"increase --gpu-memory-utilization (?:from [\d.]+ )?to (?P<v>\d+(?:\.\d+)?)",),
     ),
-    ("total_gpu_memory_gib", (r"total_gpu_memory[= ]\(?(?P<v>\d+(?:\.\d+)?) ?GiB",)),
+    ("total_gpu_memory_gib", ("total_gpu_memory",), (r"total_gpu_memory[= ]\(?(?P<v>\d+(?:\.\d+)?) ?GiB",)),
     (
         "model_weights_gib",
+        ("Model loading took", "Loading model weights took"),
         (
             r"Model loading took (?P<v>\d+(?:\.\d+)?) ?GiB",
             r"Loading model weights took (?P<v>\d+(?:\.\d+)?) GB",
@@ -101,14 +150,25 @@ _SETTINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "model_loading_seconds",
+        ("Model loading took",),
         (r"Model loading took [\d.]+ ?GiB(?: memory)? and (?P<v>\d+(?:\.\d+)?) seconds",),
     ),
-    ("cudagraph_memory_gib", (r"Estimated CUDA graph memory: (?P<v>\d+(?:\.\d+)?) GiB",)),
-    ("num_gpu_blocks_override", (r"num_gpu_blocks_override=(?P<v>\d+)",)),
-    ("num_gpu_blocks", (r"num_gpu_blocks is: (?P<v>\d+)",)),
-    ("flash_attention_version", (r"Using FlashAttention version (?P<v>\d+)",)),
+    (
+        "cudagraph_memory_gib",
+        ("Estimated CUDA graph memory",),
+        (r"Estimated CUDA graph memory: (?P<v>\d+(?:\.\d+)?) GiB",),
+    ),
+    ("num_gpu_blocks_override", ("num_gpu_blocks_override=",), (r"num_gpu_blocks_override=(?P<v>\d+)",)),
+    ("num_gpu_blocks", ("num_gpu_blocks is:",), (r"num_gpu_blocks is: (?P<v>\d+)",)),
+    (
+        "flash_attention_version",
+        ("Using FlashAttention version",),
+        (r"Using FlashAttention version (?P<v>\d+)",),
+    ),
 )
-_SETTING_PATTERNS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in _SETTINGS)
+_SETTING_PATTERNS = tuple(
+    (name, needles, tuple(_Literal(p) for p in patterns)) for name, needles, patterns in _SETTINGS
+)
 # --- attention backend (vllm-facts §2) ---------------------------------------------------------------------
 _BACKEND_POTENTIAL = re.compile(
     r"Using (?:AttentionBackendEnum\.)?(?P<n>[A-Z][A-Z0-9_]+) attention backend out of potential backends"
@@ -192,54 +252,102 @@ _SPEC_V0_FIELDS = {
     "emitted_tokens": re.compile(r"Number of emitted tokens: (?P<v>\d+)"),
 }
 # --- periodic stats -----------------------------------------------------------------------------------------
-_STATS_FIELDS = {
-    "prompt_throughput": re.compile(r"Avg prompt throughput: (?P<v>[\d.]+) tokens/s"),
-    "generation_throughput": re.compile(r"Avg generation throughput: (?P<v>[\d.]+) tokens/s"),
-    "running": re.compile(r"Running: (?P<v>\d+) reqs"),
-    "waiting": re.compile(r"Waiting: (?P<v>\d+) reqs"),
-    "swapped": re.compile(r"Swapped: (?P<v>\d+) reqs"),
-    "pending": re.compile(r"Pending: (?P<v>\d+) reqs"),
-    "preemptions": re.compile(r"Preemptions: (?P<v>\d+)"),
-    "kv_cache_usage_percent": re.compile(r"(?:GPU|[A-Z]{2,5}) KV cache usage: (?P<v>[\d.]+)%"),
-    "cpu_kv_cache_usage_percent": re.compile(r"CPU KV cache usage: (?P<v>[\d.]+)%"),
-    "prefix_cache_hit_rate_percent": re.compile(r"(?<!External )Prefix cache hit rate: (?P<v>[\d.]+)%"),
-    "external_prefix_cache_hit_rate_percent": re.compile(r"External prefix cache hit rate: (?P<v>[\d.]+)%"),
+_STATS_KEYS = {
+    "Avg prompt throughput": "prompt_throughput",
+    "Avg generation throughput": "generation_throughput",
+    "Running": "running",
+    "Waiting": "waiting",
+    "Swapped": "swapped",
+    "Pending": "pending",
+    "Preemptions": "preemptions",
+    "Prefix cache hit rate": "prefix_cache_hit_rate_percent",
+    "External prefix cache hit rate": "external_prefix_cache_hit_rate_percent",
 }
 _PREFIX_V0 = re.compile(r"Prefix cache hit rate: GPU: (?P<gpu>[\d.]+)%, CPU: (?P<cpu>[\d.]+)%")
-# --- fatal errors
-_ERRORS = (
+# --- fatal errors: (kind, literal needles, pattern); the first kind that matches a line wins ----------------
+_ERROR_TABLE: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     (
         "max_model_len_exceeds_kv_cache",
+        ("To serve at least one request",),
         re.compile(r"To serve at least one request with the models?'s? max seq len"),
     ),
     (
         "max_model_len_exceeds_kv_cache",
+        ("is larger than the maximum number of tokens",),
         re.compile(
             r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache"
         ),
     ),
-    ("no_kv_cache_memory", re.compile(r"No available memory for the cache blocks")),
-    ("no_kv_cache_memory", re.compile(r"# (?:cuda|GPU) blocks: 0\b")),
-    ("negative_kv_cache_memory", re.compile(r"Available KV cache memory: -\d")),
-    ("negative_kv_cache_memory", re.compile(r"reserved for KV Cache is -\d")),
+    ("no_kv_cache_memory", ("No available memory",), re.compile(r"No available memory for the cache blocks")),
+    ("no_kv_cache_memory", (" blocks: 0",), re.compile(r"# (?:cuda|GPU) blocks: 0\b")),
+    ("negative_kv_cache_memory", ("KV cache memory: -",), re.compile(r"Available KV cache memory: -\d")),
+    ("negative_kv_cache_memory", ("KV Cache is -",), re.compile(r"reserved for KV Cache is -\d")),
     (
         "insufficient_free_memory",
+        ("less than desired GPU memory",),
         re.compile(r"Free memory on device .*? on startup is less than desired GPU memory utilization"),
     ),
     (
         "cuda_oom",
+        ("out of memory", "OutOfMemoryError", "not enough GPU memory"),
         re.compile(r"CUDA out of memory|OutOfMemoryError|Failed to load model - not enough GPU memory"),
     ),
-    ("unrecognized_arguments", re.compile(r"error: unrecognized arguments: (?P<args>.*)$")),
-    ("invalid_kv_cache_dtype", re.compile(r"Invalid kv_cache_dtype")),
+    (
+        "unrecognized_arguments",
+        ("unrecognized arguments",),
+        re.compile(r"error: unrecognized arguments: (?P<args>.*)$"),
+    ),
+    ("invalid_kv_cache_dtype", ("Invalid kv_cache_dtype",), re.compile(r"Invalid kv_cache_dtype")),
     (
         "engine_init_failed",
+        ("EngineCore failed to start", "Engine core initialization failed", "initialize_cache"),
         re.compile(
             r"EngineCore failed to start|Engine core initialization failed|Error executing method "
             r"initialize_cache"
         ),
     ),
 )
+_ERRORS = tuple((kind, pattern) for kind, _, pattern in _ERROR_TABLE)
+# --- an engine that dies after readiness (vllm/v1/engine/core.py, core_client.py, exceptions.py; V0's
+# AsyncEngineDeadError); before readiness the start-up kinds above name the cause ----------------------------
+_DEATH_NEEDLES = (
+    "EngineDeadError",
+    "EngineCore encountered a fatal error",
+    "died unexpectedly",
+    "Engine loop has died",
+    "Background loop has errored",
+)
+_ENGINE_DEATH = re.compile("|".join(re.escape(n) for n in _DEATH_NEEDLES))
+# Only printed once the engine runs: these need no readiness line before them.
+_RUNNING_ENGINE_DEATH = re.compile(
+    r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc \S+ died unexpectedly|"
+    r"Engine loop has died|Background loop has errored"
+)
+_HTTP_5XX = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>5\d\d)\b')
+# `ERROR 05-12 01:48:42 [api_router.py:72] ` (pasted logs sometimes garble the bracket: `[async_llm.py:485[]`)
+_LEVEL_PREFIX = re.compile(
+    r"^(?:\[rank\d+\]: |(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ \[?[^\]]*\] ?)"
+)
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<msg>.*))?$"
+)
+TRACEBACK_MAX_LINES = 400
+_DEAD_ERRORS = ("EngineDeadError", "AsyncEngineDeadError")
+# --- KV offload tier (vllm/distributed/kv_transfer/kv_connector/factory.py, vllm/v1/kv_offload/factory.py,
+# vllm/v1/kv_offload/cpu/gpu_worker.py, vllm/distributed/kv_transfer/kv_connector/v1/metrics.py) -------------
+_OFFLOAD_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("connector", re.compile(r"Creating v1 connector with name: (?P<v>\w+)")),
+    ("spec", re.compile(r"Creating offloading spec with name: (?P<v>\w+)")),
+    ("cpu_tensors", re.compile(r"Allocating (?P<v>\d+) CPU tensors")),
+    # DEBUG only: one line per tensor, `num_cpu_blocks×page_bytes (x GB)`.
+    ("cpu_bytes_allocated", re.compile(r"pinned tensor (?P<blocks>\d+)\D(?P<page>\d+) \(")),
+    ("transfer_metrics", re.compile(r"KV Transfer metrics: (?P<v>.*)$")),
+    ("cpu_bytes_configured", re.compile(r"""['"]cpu_bytes_to_use['"]: (?P<v>\d+)""")),
+    ("configured_connector", re.compile(r"""kv_connector=['"](?P<v>\w+)""")),
+    ("configured_connector", re.compile(r"""['"]kv_connector['"]: ['"](?P<v>\w+)""")),
+)
+# `k=v, k=v` where a key may hold `:('GPU_to_CPU',)` (0.26's labelled keys) and every value is a number.
+_TRANSFER_FIELD = re.compile(r"(?P<k>[^=]+?)=(?P<v>-?[\d.]+(?:e[-+]?\d+)?)(?:, |$)")
 _MAXLEN_VALUES = re.compile(
     r"max seq len \((?P<len>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the "
     r"available "
@@ -253,6 +361,8 @@ _MAXLEN_V0_VALUES = re.compile(
 )
 
 _FP8_SAME = {"fp8": "fp8_e4m3"}
+HISTORY_LIMIT = 500  # stats / spec-decode / KV-cache / NUMA entries kept (the last ones)
+ERRORS_PER_KIND = 20  # lines kept per error kind (the first ones); error_counts counts every one
 
 
 def _number(text: str) -> int | float | str:
@@ -270,11 +380,10 @@ def _int(text: str) -> int:
 
 def clean_line(raw: str) -> str:
     """A log line without colour codes, journald / container prefixes and vLLM process tags."""
-    line = _ANSI.sub("", raw).rstrip("\r\n")
+    line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
     line = _JOURNAL_PREFIX.sub("", line)
-    # `journalctl -o short-iso` and container runtimes put an ISO-8601 stamp (and maybe host + unit) first.
-    line = re.sub(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+(?:\S+ [\w.@-]+\[\d+\]: )?", "", line)
-    line = re.sub(r"^[\w.-]+\s+\|\s", "", line)  # docker compose service column
+    line = _ISO_PREFIX.sub("", line)
+    line = _COMPOSE_PREFIX.sub("", line)  # docker compose service column
     return _PROCESS_PREFIX.sub("", line)
 
 
@@ -314,6 +423,8 @@ class LogReport:
     kv_cache_dtype: str | None = None
     max_model_len: int | None = None
     tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    decode_context_parallel_size: int | None = None
     attention_backend: str | None = None
     custom_all_reduce_disabled: bool | None = None
     custom_all_reduce_disabled_reason: str | None = None
@@ -328,7 +439,12 @@ class LogReport:
     stats: dict[str, Any] | None = None
     stats_history: list[dict[str, Any]] = field(default_factory=list)
     prefix_cache_hit_rate_percent: float | None = None
+    kv_offload: dict[str, Any] | None = None
+    engine_dead: bool = False
+    engine_death: dict[str, Any] | None = None
     errors: list[LogError] = field(default_factory=list)
+    error_counts: dict[str, int] = field(default_factory=dict)
+    lines_read: int = 0
     evidence: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -412,20 +528,39 @@ def _parse_spec(line: str) -> dict[str, Any] | None:
 
 
 def _parse_stats(line: str) -> dict[str, Any] | None:
-    if "Avg prompt throughput" not in line:
+    """The periodic stats line, by its `Key: value` parts (plain string splits: the line comes every 10 s)."""
+    start = line.find("Avg prompt throughput")
+    if start == -1:
         return None
     stats: dict[str, Any] = {}
-    for key, pattern in _STATS_FIELDS.items():
-        found = pattern.search(line)
-        if found:
-            value = found.group("v")
-            stats[key] = (
-                float(value) if "." in value or key.endswith(("percent", "throughput")) else int(value)
-            )
-    engine = re.search(r"Engine (?P<n>\d+):", line)
-    stats["engine"] = int(engine.group("n")) if engine else None
+    for part in line[start:].split(", "):
+        key, _, value = part.partition(": ")
+        name = _STATS_KEYS.get(key)
+        if name is None and key.endswith(" KV cache usage"):
+            number = _stats_number(value, "kv_cache_usage_percent")
+            if number is not None:
+                if key.endswith("CPU KV cache usage"):
+                    stats.setdefault("cpu_kv_cache_usage_percent", number)
+                stats.setdefault("kv_cache_usage_percent", number)  # the first device (GPU) in V0's two
+            continue
+        if name is None or name in stats:
+            continue
+        number = _stats_number(value, name)
+        if number is not None:
+            stats[name] = number
+    engine = line.find("Engine ")
+    digits = line[engine + 7 : line.find(":", engine)] if engine != -1 else ""
+    stats["engine"] = int(digits) if digits.isdigit() else None
     stats["line"] = line
     return stats
+
+
+def _stats_number(value: str, name: str) -> int | float | None:
+    """`9.2 tokens/s` / `0 reqs` / `12.5%` -> the number (float for rates and percentages), else None."""
+    text = value.split(" ", 1)[0].rstrip(".%")
+    if not text or not text.replace(".", "", 1).isdigit():
+        return None
+    return float(text) if "." in text or name.endswith(("percent", "throughput")) else int(text)
 
 
 def _car_reason(why: str) -> str:
@@ -440,76 +575,243 @@ def _set(report: LogReport, name: str, value: Any, line: str) -> None:
     report.evidence[name] = line
 
 
-def parse_log(text: str) -> LogReport:
-    """Everything vLLM's output says about an instance, last value winning where a value repeats."""
-    report = LogReport()
-    lines = [clean_line(raw) for raw in text.splitlines()]
-    dtype_rank = 0  # engine config (3) > "Using ... to store kv cache" (2) > non-default args (1)
-    numa_nodes: set[int] = set()
-    seen_errors: set[tuple[str, str]] = set()
-    current = KvCacheReport()
+def _keep_last(items: list[Any]) -> None:
+    """Bound a history list to its last HISTORY_LIMIT entries (trimmed in halves: amortised O(1))."""
+    if len(items) > 2 * HISTORY_LIMIT:
+        del items[:-HISTORY_LIMIT]
 
-    for index, line in enumerate(lines):
+
+def _transfer_fields(body: str) -> dict[str, int | float | str]:
+    """`k=v, k=v` of a `KV Transfer metrics:` line (vLLM joins `reduce()`'s dict with ", ")."""
+    return {m.group("k"): _number(m.group("v")) for m in _TRANSFER_FIELD.finditer(body)}
+
+
+class LogParser:
+    """One streaming pass over a log: `feed(line)` per line, then `finish()` for the report.
+
+    Each handler below is guarded by literal substrings (`_HANDLERS`); a line that contains none of them costs
+    a few `in` tests and no regex and is never cleaned. History lists keep their last HISTORY_LIMIT entries
+    and each error kind its first ERRORS_PER_KIND lines (`error_counts` counts them all), so memory stays
+    flat whatever the journal's length.
+    """
+
+    def __init__(self) -> None:
+        self.report = LogReport()
+        self.dtype_rank = 0  # engine config (3) > "Using ... to store kv cache" (2) > non-default args (1)
+        self.numa_nodes: set[int] = set()
+        self.seen_errors: set[tuple[str, str]] = set()
+        self.current = KvCacheReport()
+        self.joins: list[tuple[LogError, list[str]]] = []  # errors whose message may continue on next lines
+        self.traceback: list[Any] | None = None  # [first line, lines seen] of a traceback after readiness
+        self.serving = False  # readiness announced since the last start banner (a journal may hold restarts)
+        self.stats_lines: list[str] = []
+        self.prefix_line: tuple[str, str] | None = None  # the last line that showed the prefix-cache hit rate
+
+    # --- the loop ------------------------------------------------------------------------------------------
+    def feed_block(self, block: str) -> None:
+        """Whole lines (a block ending at a line end, or the input's last line).
+
+        Each gate (`_GATES`) is looked for over the whole block by `str.find`, in C; only the lines that hold
+        one are cut out, cleaned and given to the handlers whose needles they hold. A line no gate matches is
+        never touched by Python code, which is what makes a journal of access logs cheap to read.
+        """
+        if not block:
+            return
+        self.report.lines_read += block.count("\n") + (not block.endswith("\n"))
+        if "\x1b" in block:
+            block = _ANSI.sub("", block)
+        hits: dict[int, int] = {}
+        find, rfind = block.find, block.rfind
+        for gate, mask in _GATE_MASKS:
+            at = find(gate)
+            while at != -1:
+                start = rfind("\n", 0, at) + 1
+                hits[start] = hits.get(start, 0) | mask
+                end = find("\n", at)
+                if end == -1:
+                    break
+                at = find(gate, end)
+        pos = 0
+        for start in sorted(hits):
+            if self.joins or self.traceback is not None:
+                pos = self._follow_until(block, pos, start)
+            end = find("\n", start)
+            end = len(block) if end == -1 else end
+            self._dispatch(block[start:end], hits[start])
+            pos = end + 1
+        if self.joins or self.traceback is not None:
+            self._follow_until(block, pos, len(block))
+
+    def feed(self, raw: str) -> None:
+        """One line (with or without its newline)."""
+        self.feed_block(raw if raw.endswith("\n") else raw + "\n")
+
+    def _follow_until(self, block: str, pos: int, stop: int) -> int:
+        """Lines from `pos` up to `stop` for `_follow`, while a traceback or a wrapped error is open."""
+        while pos < stop and (self.joins or self.traceback is not None):
+            end = block.find("\n", pos)
+            end = len(block) if end == -1 else end
+            self._follow(clean_line(block[pos:end]))
+            pos = end + 1
+        return pos
+
+    def _dispatch(self, raw: str, mask: int) -> None:
+        line = clean_line(raw)
+        if self.joins or self.traceback is not None:
+            self._follow(line)
         if not line:
-            continue
+            return
+        handlers = _MASK_HANDLERS.get(mask)
+        if handlers is None:
+            handlers = _MASK_HANDLERS[mask] = tuple(h for bit, h in enumerate(_HANDLERS) if mask >> bit & 1)
+        contains = raw.__contains__
+        for needles, handler in handlers:
+            if any(map(contains, needles)):
+                handler(self, line)
+
+    def finish(self) -> LogReport:
+        for error, parts in self.joins:
+            _maxlen_values(error, "".join(parts))
+        self.joins = []
+        self._finish_stats()
+        report = self.report
+        for history in (report.spec_decode_history, report.kv_cache_reports, report.numa_bindings):
+            del history[:-HISTORY_LIMIT]
+        report.numa_nodes = sorted(self.numa_nodes)
+        if report.numa_bindings:
+            report.evidence["numa_nodes"] = report.numa_bindings[-1]["line"]
+        return report
+
+    def _follow(self, line: str) -> None:
+        """Continuation lines of a hard-wrapped error, and the exception that ends a traceback."""
+        still = []
+        for error, parts in self.joins:
+            if not line or _CONTINUATION_START.match(line) or _KV_TOKENS.search(line):
+                _maxlen_values(error, "".join(parts))
+                continue
+            parts.append(line)
+            if len(parts) >= 4:
+                _maxlen_values(error, "".join(parts))
+            else:
+                still.append((error, parts))
+        self.joins = still
+        if self.traceback is not None:
+            self.traceback[1] += 1
+            message = _LEVEL_PREFIX.sub("", line, count=1)
+            if not message or message[0] in " \t^~" or self.traceback[1] > TRACEBACK_MAX_LINES:
+                if self.traceback[1] > TRACEBACK_MAX_LINES:
+                    self.traceback = None
+                return
+            # The first line at the traceback's own indentation ends it: the exception, or something else.
+            self.traceback = None
+            found = _EXCEPTION_LINE.match(message)
+            if not found:
+                return
+            values = {"exception": found.group("exc"), "message": (found.group("msg") or "").strip()}
+            self._error("traceback_after_ready", line, values)
+            death = self.report.engine_death
+            if (
+                death is not None
+                and death.get("root_cause") is None
+                and values["exception"] not in _DEAD_ERRORS
+            ):
+                death["root_cause"] = values
+
+    def _error(self, kind: str, line: str, values: dict[str, Any] | None = None) -> LogError | None:
+        """Record one fatal line; None when this kind already holds ERRORS_PER_KIND lines or this line."""
+        report = self.report
+        count = report.error_counts.get(kind, 0)
+        report.error_counts[kind] = count + 1
+        if count >= ERRORS_PER_KIND or (kind, line) in self.seen_errors:
+            return None
+        self.seen_errors.add((kind, line))
+        error = LogError(kind=kind, line=line, values=values or {})
+        report.errors.append(error)
+        return error
+
+    # --- handlers, one per kind of line -------------------------------------------------------------------
+    def _on_version(self, line: str) -> None:
         for pattern in _VERSION_PATTERNS:
             match = pattern.search(line)
             if match:
-                _set(report, "version", match.group("v"), line)
-                break
+                _set(self.report, "version", match.group("v"), line)
+                self.serving = False
+                return
 
+    def _on_kv_report(self, line: str) -> None:
+        report = self.report
         tokens = _KV_TOKENS.search(line)
-        concurrency = _CONCURRENCY.search(line)
-        blocks = _BLOCKS.search(line)
+        blocks = None if tokens else _BLOCKS.search(line)
         if tokens:
-            if current.tokens is not None or current.gpu_blocks is not None:
-                current = KvCacheReport()
+            if self.current.tokens is not None or self.current.gpu_blocks is not None:
+                self.current = KvCacheReport()
+            current = self.current
             current.tokens, current.device, current.line = (
                 _int(tokens.group("tokens")),
                 tokens.group("dev"),
                 line,
             )
             report.kv_cache_reports.append(current)
+            _keep_last(report.kv_cache_reports)
             _set(report, "kv_cache_tokens", current.tokens, line)
             _set(report, "kv_cache_device", current.device, line)
         elif blocks and "KV cache" not in line:
-            if current.gpu_blocks is not None or current.tokens is not None:
-                current = KvCacheReport()
+            if self.current.gpu_blocks is not None or self.current.tokens is not None:
+                self.current = KvCacheReport()
+            current = self.current
             current.gpu_blocks = int(blocks.group("gpu"))
             current.cpu_blocks = int(blocks.group("cpu")) if blocks.group("cpu") else None
             current.line = line
             report.kv_cache_reports.append(current)
+            _keep_last(report.kv_cache_reports)
             _set(report, "gpu_blocks", current.gpu_blocks, line)
             if current.cpu_blocks is not None:
                 _set(report, "cpu_blocks", current.cpu_blocks, line)
+        concurrency = _CONCURRENCY.search(line)
         if concurrency:
-            if current.max_concurrency is not None or not report.kv_cache_reports:
-                current = KvCacheReport(line=line)
-                report.kv_cache_reports.append(current)
-            current.max_concurrency = float(concurrency.group("x"))
-            current.concurrency_max_model_len = _int(concurrency.group("len"))
-            _set(report, "max_concurrency", current.max_concurrency, line)
-            _set(report, "concurrency_max_model_len", current.concurrency_max_model_len, line)
+            if self.current.max_concurrency is not None or not report.kv_cache_reports:
+                self.current = KvCacheReport(line=line)
+                report.kv_cache_reports.append(self.current)
+            self.current.max_concurrency = float(concurrency.group("x"))
+            self.current.concurrency_max_model_len = _int(concurrency.group("len"))
+            _set(report, "max_concurrency", self.current.max_concurrency, line)
+            _set(report, "concurrency_max_model_len", self.current.concurrency_max_model_len, line)
 
+    def _on_available(self, line: str) -> None:
         for pattern in _AVAILABLE:
             match = pattern.search(line)
             if match:
-                _set(report, "available_kv_cache_gib", float(match.group("gib")), line)
-                break
+                _set(self.report, "available_kv_cache_gib", float(match.group("gib")), line)
+                return
 
+    def _on_kv_dtype(self, line: str) -> None:
         for pattern, rank in ((_KV_DTYPE_CONFIG, 3), (_KV_DTYPE_USING, 2), (_KV_DTYPE_ARGS, 1)):
             match = pattern.search(line)
-            if match and rank >= dtype_rank:
-                dtype_rank = rank
-                _set(report, "kv_cache_dtype", match.group("d"), line)
-                break
+            if match and rank >= self.dtype_rank:
+                self.dtype_rank = rank
+                _set(self.report, "kv_cache_dtype", match.group("d"), line)
+                return
+
+    def _on_max_len(self, line: str) -> None:
         match = _MAX_SEQ_LEN.search(line)
         if match:
-            _set(report, "max_model_len", int(match.group("n") or match.group("a") or match.group("u")), line)
+            value = int(match.group("n"))
+            _set(self.report, "max_model_len", value, line)
+
+    def _on_parallel(self, line: str) -> None:
         match = _TP.search(line)
         if match:
-            _set(report, "tensor_parallel_size", int(match.group("n") or match.group("a")), line)
-        for name, patterns in _SETTING_PATTERNS:
+            _set(self.report, "tensor_parallel_size", int(match.group("n")), line)
+        for name, pattern in _PARALLEL_SIZES:
+            match = pattern.search(line)
+            if match:
+                _set(self.report, name, int(match.group("n")), line)
+
+    def _on_settings(self, line: str) -> None:
+        report = self.report
+        for name, needles, patterns in _SETTING_PATTERNS:
+            if not any(needle in line for needle in needles):
+                continue
             for pattern in patterns:
                 match = pattern.search(line)
                 if match:
@@ -517,12 +819,15 @@ def parse_log(text: str) -> LogReport:
                     report.evidence[f"settings.{name}"] = line
                     break
 
+    def _on_backend(self, line: str) -> None:
         for pattern in (_BACKEND_POTENTIAL, _BACKEND_ENUM, _BACKEND_NAME, _BACKEND_WORDS):
             match = pattern.search(line)
             if match:
-                _set(report, "attention_backend", canonical_backend(match.group("n")), line)
-                break
+                _set(self.report, "attention_backend", canonical_backend(match.group("n")), line)
+                return
 
+    def _on_all_reduce(self, line: str) -> None:
+        report = self.report
         match = _CAR_DISABLED.search(line)
         if match:
             _set(report, "custom_all_reduce_disabled", True, line)
@@ -533,25 +838,28 @@ def parse_log(text: str) -> LogReport:
         else:
             match = _DISABLE_CAR.search(line)
             if match:
-                flag = (match.group("v") or match.group("a")) == "True"
-                if flag:
+                if match.group("v") == "True":
                     _set(report, "custom_all_reduce_disabled", True, line)
                     _set(report, "custom_all_reduce_disabled_reason", "disable_custom_all_reduce=True", line)
                 elif report.custom_all_reduce_disabled is None:
                     _set(report, "custom_all_reduce_disabled", False, line)
 
+    def _on_numa(self, line: str) -> None:
+        report = self.report
         match = _NUMA_WORKER.search(line)
         if match:
-            binding = {
-                "process": "worker",
-                "local_rank": int(match.group("rank")),
-                "gpu_index": int(match.group("gpu")),
-                "nodes": [int(match.group("node"))],
-                "cpus": match.group("cpus"),
-                "line": line,
-            }
-            report.numa_bindings.append(binding)
-            numa_nodes.add(int(match.group("node")))
+            report.numa_bindings.append(
+                {
+                    "process": "worker",
+                    "local_rank": int(match.group("rank")),
+                    "gpu_index": int(match.group("gpu")),
+                    "nodes": [int(match.group("node"))],
+                    "cpus": match.group("cpus"),
+                    "line": line,
+                }
+            )
+            _keep_last(report.numa_bindings)
+            self.numa_nodes.add(int(match.group("node")))
         match = _NUMA_ENGINE.search(line)
         if match:
             nodes = [int(n) for n in re.findall(r"\d+", match.group("nodes"))]
@@ -565,65 +873,322 @@ def parse_log(text: str) -> LogReport:
                     "line": line,
                 }
             )
-            numa_nodes.update(nodes)
+            _keep_last(report.numa_bindings)
+            self.numa_nodes.update(nodes)
         match = _NUMA_SKIPPED.search(line)
         if match:
             _set(report, "numa_auto_binding_skipped", match.group("why"), line)
 
+    def _on_ready(self, line: str) -> None:
         match = _READY.search(line)
         if match:
-            _set(report, "ready", True, line)
+            _set(self.report, "ready", True, line)
+            self.serving = True
             url = match.group("url") or match.group("u2")
             if url:
-                report.listen_url = url
+                self.report.listen_url = url
 
+    def _on_spec(self, line: str) -> None:
         spec = _parse_spec(line)
         if spec:
-            report.spec_decode_history.append(spec)
+            self.report.spec_decode_history.append(spec)
+            _keep_last(self.report.spec_decode_history)
             if spec.get("avg_draft_acceptance_rate") is not None:
-                _set(report, "spec_decode", spec, line)
-        stats = _parse_stats(line)
-        if stats:
-            report.stats_history.append(stats)
-            _set(report, "stats", stats, line)
-            if "prefix_cache_hit_rate_percent" in stats:
-                _set(report, "prefix_cache_hit_rate_percent", stats["prefix_cache_hit_rate_percent"], line)
-        match = _PREFIX_V0.search(line)
-        if match:
-            _set(report, "prefix_cache_hit_rate_percent", float(match.group("gpu")), line)
+                _set(self.report, "spec_decode", spec, line)
 
+    def _on_stats(self, line: str) -> None:
+        # Kept as text and parsed in finish(): only the last HISTORY_LIMIT are reported, and a serving journal
+        # has one every 10 s.
+        self.stats_lines.append(line)
+        _keep_last(self.stats_lines)
+        if "Prefix cache hit rate: " in line:
+            self.prefix_line = ("stats", line)
+
+    def _on_prefix_v0(self, line: str) -> None:
+        if _PREFIX_V0.search(line):
+            self.prefix_line = ("v0", line)
+
+    def _finish_stats(self) -> None:
+        report = self.report
+        for line in self.stats_lines[-HISTORY_LIMIT:]:
+            stats = _parse_stats(line)
+            if stats:
+                report.stats_history.append(stats)
+                _set(report, "stats", stats, line)
+        if self.prefix_line is not None:
+            kind, line = self.prefix_line
+            if kind == "v0":
+                match = _PREFIX_V0.search(line)
+                value = float(match.group("gpu")) if match else None
+            else:
+                value = (_parse_stats(line) or {}).get("prefix_cache_hit_rate_percent")
+            if value is not None:
+                _set(report, "prefix_cache_hit_rate_percent", value, line)
+
+    def _on_offload(self, line: str) -> None:
+        """The KV offload tier in effect: connector and spec created, CPU tensors, periodic transfers."""
+        report = self.report
+        offload = report.kv_offload
+        for key, pattern in _OFFLOAD_PATTERNS:
+            match = pattern.search(line)
+            if not match:
+                continue
+            if offload is None:
+                offload = report.kv_offload = {"transfer_intervals": 0, "transfer_totals": {}}
+            if key == "transfer_metrics":
+                fields = _transfer_fields(match.group("v"))
+                offload["transfer_metrics"] = fields
+                offload["transfer_intervals"] += 1
+                totals = offload["transfer_totals"]
+                for name, value in fields.items():
+                    if isinstance(value, int | float):
+                        totals[name] = totals.get(name, 0) + value
+            elif key == "cpu_bytes_allocated":
+                blocks, page = int(match.group("blocks")), int(match.group("page"))
+                offload[key] = offload.get(key, 0) + blocks * page
+            else:
+                offload[key] = _number(match.group("v"))
+            report.evidence[f"kv_offload.{key}"] = line
+
+    def _on_fatal(self, line: str) -> None:
         for kind, pattern in _ERRORS:
-            if pattern.search(line) and (kind, line) not in seen_errors:
-                seen_errors.add((kind, line))
-                values: dict[str, Any] = {}
-                if kind == "max_model_len_exceeds_kv_cache":
-                    whole = _joined(lines, index)
-                    found = _MAXLEN_VALUES.search(whole)
-                    if found:
-                        values = {
-                            "max_model_len": int(found.group("len")),
-                            "needed_gib": float(found.group("need")),
-                            "available_gib": float(found.group("avail")),
-                            "estimated_max_model_len": int(found.group("est"))
-                            if found.group("est")
-                            else None,
-                        }
-                    found = _MAXLEN_V0_VALUES.search(whole)
-                    if found:
-                        values = {
-                            "max_model_len": int(found.group("len")),
-                            "kv_cache_tokens": int(found.group("cap")),
-                        }
-                elif kind == "unrecognized_arguments":
-                    found = pattern.search(line)
-                    values = {"arguments": found.group("args").strip()} if found else {}
-                report.errors.append(LogError(kind=kind, line=line, values=values))
-                break
+            if not pattern.search(line):
+                continue
+            error = self._error(kind, line)
+            if error is None:
+                return
+            if kind == "max_model_len_exceeds_kv_cache":
+                self.joins.append((error, [line]))
+            elif kind == "unrecognized_arguments":
+                found = pattern.search(line)
+                error.values = {"arguments": found.group("args").strip()} if found else {}
+            return
 
-    report.numa_nodes = sorted(numa_nodes)
-    if report.numa_bindings:
-        report.evidence["numa_nodes"] = report.numa_bindings[-1]["line"]
-    return report
+    def _on_engine_death(self, line: str) -> None:
+        """An engine that dies while serving (a death during start-up is one of the fatal kinds above).
+
+        EngineDeadError, `EngineCore encountered a fatal error` and `Engine core proc ... died unexpectedly`
+        only exist once the engine runs (vllm/v1/engine/core.py run_busy_loop, core_client.py's monitor), so
+        they count with or without a readiness line in the log; a worker that dies counts once ready.
+        """
+        report = self.report
+        if not _ENGINE_DEATH.search(line) or not (self.serving or _RUNNING_ENGINE_DEATH.search(line)):
+            return
+        self.serving = True  # the traceback that follows is the root cause
+        report.engine_dead = True
+        if report.engine_death is None:
+            report.engine_death = {"line": line, "after_ready": report.ready, "root_cause": None}
+            report.evidence["engine_death"] = line
+        self._error("engine_dead", line)
+
+    def _on_traceback(self, line: str) -> None:
+        if self.serving and "Traceback (most recent call last)" in line:
+            self.traceback = [line, 0]
+
+    def _on_http_5xx(self, line: str) -> None:
+        match = _HTTP_5XX.search(line)
+        if match:
+            self._error(
+                "http_server_error",
+                line,
+                {
+                    "status": int(match.group("status")),
+                    "method": match.group("method"),
+                    "path": match.group("path"),
+                },
+            )
+
+
+def _maxlen_values(error: LogError, whole: str) -> None:
+    found = _MAXLEN_VALUES.search(whole)
+    if found:
+        error.values = {
+            "max_model_len": int(found.group("len")),
+            "needed_gib": float(found.group("need")),
+            "available_gib": float(found.group("avail")),
+            "estimated_max_model_len": int(found.group("est")) if found.group("est") else None,
+        }
+    found = _MAXLEN_V0_VALUES.search(whole)
+    if found:
+        error.values = {"max_model_len": int(found.group("len")), "kv_cache_tokens": int(found.group("cap"))}
+
+
+def _setting_needles() -> tuple[str, ...]:
+    return tuple(needle for _, needles, _ in _SETTING_PATTERNS for needle in needles)
+
+
+# (literal substrings, handler): a handler runs when the raw line holds one of its substrings. Every regex the
+# handler uses needs one of them to match, so the prefilter never hides a line the regex would have found.
+_HANDLERS: tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...] = (
+    (("version", "LLM engine (v"), LogParser._on_version),
+    (("KV cache size:", " blocks: ", "Maximum concurrency for"), LogParser._on_kv_report),
+    (("Available KV cache memory", "kv_cache_size=", "KV Cache", "for KV cache"), LogParser._on_available),
+    (("kv_cache_dtype", "to store kv cache"), LogParser._on_kv_dtype),
+    (("max_seq_len=", "'max_model_len'", "Using max model len"), LogParser._on_max_len),
+    (("parallel_size",), LogParser._on_parallel),
+    (_setting_needles(), LogParser._on_settings),
+    (("backend",), LogParser._on_backend),
+    (
+        ("Custom allreduce", "-reduce", "-Reduce", "-REDUCE", "disable_custom_all_reduce"),
+        LogParser._on_all_reduce,
+    ),
+    (
+        ("Binding ", "CPU affinity is already", "lacks permission to set NUMA", "numactl --show"),
+        LogParser._on_numa,
+    ),
+    (("Application startup complete", "Starting vLLM", "Uvicorn running on"), LogParser._on_ready),
+    (("SpecDecoding metrics:", "Speculative metrics:"), LogParser._on_spec),
+    (("Avg prompt throughput",), LogParser._on_stats),
+    (("Prefix cache hit rate: GPU:",), LogParser._on_prefix_v0),
+    (
+        (
+            "connector with name:",
+            "offloading spec with name:",
+            "CPU tensors",
+            "pinned tensor",
+            "KV Transfer metrics:",
+            "cpu_bytes_to_use",
+            "kv_connector=",
+        ),
+        LogParser._on_offload,
+    ),
+    (tuple(needle for _, needles, _ in _ERROR_TABLE for needle in needles), LogParser._on_fatal),
+    (_DEATH_NEEDLES, LogParser._on_engine_death),
+    (("Traceback (most recent call last)",), LogParser._on_traceback),
+    (('HTTP/1.1" 5',), LogParser._on_http_5xx),
+)
+# Gates: every needle above holds one of these, so a line that holds none needs no handler. They are fewer
+# and more general than the needles (one `str.find` pass over a block each); test_logcheck_stream checks the
+# cover.
+_GATES = (
+    "version",
+    "LLM engine (v",
+    "KV cache",
+    "KV Cache",
+    "KV Transfer",
+    " blocks: ",
+    "Maximum concurrency",
+    "kv_cache_size=",
+    "kv_cache_dtype",
+    "kv_connector",
+    "to store kv cache",
+    "max_seq_len",
+    "max_model_len",
+    "max_num_",
+    "max model len",
+    "parallel_size",
+    "dtype=torch.",
+    "'dtype': '",
+    "quantization",
+    "Resolved architecture",
+    "SpeculativeConfig(",
+    "num_spec",
+    "gpu_memory",
+    "gpu-memory",
+    "graph memory",
+    "available memory",
+    "out of memory",
+    "GPU memory",
+    "loading took",
+    "weights took",
+    "num_gpu_blocks",
+    "backend",
+    "allreduce",
+    "all_reduce",
+    "-reduce",
+    "-Reduce",
+    "-REDUCE",
+    "Binding ",
+    "affinity is already",
+    "permission to set NUMA",
+    "numactl --show",
+    "startup complete",
+    "Starting vLLM",
+    "Uvicorn running",
+    "metrics:",
+    "throughput",
+    "Prefix cache hit rate: GPU",
+    "with name:",
+    "CPU tensors",
+    "pinned tensor",
+    "cpu_bytes_to_use",
+    "To serve",
+    "larger than the max",
+    "OutOfMemory",
+    "unrecognized",
+    "failed to start",
+    "initialization failed",
+    "initialize_cache",
+    "DeadError",
+    "fatal error",
+    "died unexpectedly",
+    "loop has died",
+    "Background loop",
+    "Traceback (most recent",
+    'HTTP/1.1" 5',
+)
+
+
+def _gate_masks() -> tuple[tuple[str, int], ...]:
+    """(gate, bit mask of the handlers that have a needle holding the gate)."""
+    masks = []
+    for gate in _GATES:
+        mask = 0
+        for bit, (needles, _) in enumerate(_HANDLERS):
+            if any(gate in needle for needle in needles):
+                mask |= 1 << bit
+        masks.append((gate, mask))
+    return tuple(masks)
+
+
+_GATE_MASKS = _gate_masks()
+_MASK_HANDLERS: dict[int, tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...]] = {}
+BLOCK_CHARS = 1 << 20  # characters read per block (whole lines)
+
+
+def parse_lines(lines: Iterable[str]) -> LogReport:
+    """Everything vLLM's output says about an instance, in one pass; the last value wins where one repeats."""
+    parser = LogParser()
+    batch: list[str] = []
+    size = 0
+    for raw in lines:
+        batch.append(raw if raw.endswith("\n") else raw + "\n")
+        size += len(raw)
+        if size >= BLOCK_CHARS:
+            parser.feed_block("".join(batch))
+            batch, size = [], 0
+    parser.feed_block("".join(batch))
+    return parser.finish()
+
+
+def parse_log(text: str) -> LogReport:
+    """`parse_lines` over a text (any newline convention)."""
+    return parse_stream(io.StringIO(text, newline=None))
+
+
+def parse_stream(handle: TextIO) -> LogReport:
+    """A text stream read block by block (BLOCK_CHARS at a time, cut at a line end): memory stays flat."""
+    parser = LogParser()
+    rest = ""
+    while True:
+        chunk = handle.read(BLOCK_CHARS)
+        if not chunk:
+            break
+        chunk = rest + chunk
+        cut = chunk.rfind("\n") + 1
+        if cut == 0:
+            rest = chunk
+            continue
+        parser.feed_block(chunk[:cut])
+        rest = chunk[cut:]
+    parser.feed_block(rest)
+    return parser.finish()
+
+
+def parse_file(path: str | Path) -> LogReport:
+    """`parse_stream` over a file (undecodable bytes replaced)."""
+    with open(path, encoding="utf-8", errors="replace", newline=None) as handle:
+        return parse_stream(handle)
 
 
 _EXPECTATION_KEYS = (
@@ -637,6 +1202,7 @@ _EXPECTATION_KEYS = (
     "numa_nodes",
     "ready",
     "no_errors",
+    "kv_offload_cpu_bytes",
 )
 
 
@@ -794,16 +1360,18 @@ def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
             )
     if "ready" in expectations:
         ready = bool(expectations["ready"])
-        checks.append(
-            Check(
-                "ready",
-                report.ready == ready,
-                ready,
-                report.ready,
-                ev.get("ready"),
-                "the server announced it is ready" if report.ready else "no readiness line",
-            )
-        )
+        alive = report.ready and not report.engine_dead
+        if report.engine_dead:
+            death = report.engine_death or {}
+            cause = death.get("root_cause") or {}
+            detail = "the engine died" + (" after the server announced it is ready" if report.ready else "")
+            if cause:
+                detail += f" ({cause.get('exception')}: {cause.get('message')})"
+            line = death.get("line")
+        else:
+            detail = "the server announced it is ready" if report.ready else "no readiness line"
+            line = ev.get("ready")
+        checks.append(Check("ready", alive == ready, ready, alive, line, detail))
     if expectations.get("no_errors"):
         first = report.errors[0] if report.errors else None
         checks.append(
@@ -818,4 +1386,48 @@ def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
                 else f"{len(report.errors)} fatal error line(s), first: {first.kind}",
             )
         )
+    if "kv_offload_cpu_bytes" in expectations:
+        checks.append(_offload_check(report, int(expectations["kv_offload_cpu_bytes"])))
     return checks
+
+
+def _offload_check(report: LogReport, planned: int) -> Check:
+    """The CPU tier the plan asked for is in effect: OffloadingConnector + CPUOffloadingSpec created, the
+    configured `cpu_bytes_to_use` equal to the plan's when the log prints it (0 planned: no tier at all)."""
+    offload = report.kv_offload or {}
+    ev = report.evidence
+    connector, spec = offload.get("connector"), offload.get("spec")
+    if planned == 0:
+        ok = connector is None
+        return Check(
+            "kv_offload_cpu_bytes",
+            ok,
+            0,
+            offload.get("cpu_bytes_configured"),
+            ev.get("kv_offload.connector"),
+            "no KV connector created"
+            if ok
+            else f"vLLM created the {connector} connector, the plan has no CPU tier",
+        )
+    seen = offload.get("cpu_bytes_configured")
+    problems = []
+    if connector != "OffloadingConnector":
+        problems.append(f"connector {connector or 'not created'} (planned OffloadingConnector)")
+    if spec != "CPUOffloadingSpec":
+        problems.append(f"offloading spec {spec or 'not created'} (planned CPUOffloadingSpec)")
+    if seen is not None and seen != planned:
+        problems.append(f"cpu_bytes_to_use {seen:,} (planned {planned:,})")
+    if problems:
+        detail = "; ".join(problems)
+    else:
+        detail = f"OffloadingConnector with CPUOffloadingSpec, cpu_bytes_to_use {planned:,}" + (
+            "" if seen is not None else " (the log does not print the bytes)"
+        )
+        intervals = offload.get("transfer_intervals", 0)
+        detail += f", {intervals} KV Transfer metrics line(s)"
+    line = (
+        ev.get("kv_offload.spec")
+        or ev.get("kv_offload.connector")
+        or ev.get("kv_offload.cpu_bytes_configured")
+    )
+    return Check("kv_offload_cpu_bytes", not problems, planned, seen, line, detail)

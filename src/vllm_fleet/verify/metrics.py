@@ -24,6 +24,16 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 CACHE_CONFIG = "vllm:cache_config_info"
+# The OffloadingConnector's own metrics (vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py,
+# 0.26): flat names since the metrics redesign, `vllm:kv_offload_total_bytes{transfer_type}` before it (kept,
+# deprecated). prometheus_client adds `_total` to counters. Series appear at the first transfer; the families'
+# `# TYPE` lines are there from the start, so they show that the connector's metrics are registered.
+KV_OFFLOAD_PREFIX = "vllm:kv_offload_"
+KV_OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes_total"
+KV_OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes_total"
+KV_OFFLOAD_TOTAL_BYTES = (
+    "vllm:kv_offload_total_bytes_total"  # deprecated, transfer_type GPU_to_CPU / CPU_to_GPU
+)
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
@@ -81,6 +91,17 @@ def parse_prometheus(text: str) -> list[Sample]:
         labels = _parse_labels(match.group("labels") or "", lineno)
         samples.append(Sample(match.group("name"), labels, _parse_value(match.group("value"), lineno)))
     return samples
+
+
+def metric_families(text: str) -> dict[str, str]:
+    """`{family: type}` from the `# TYPE name type` lines (a family with no series yet still has one)."""
+    families: dict[str, str] = {}
+    for raw in text.splitlines():
+        if raw.startswith("# TYPE "):
+            parts = raw.split()
+            if len(parts) >= 4:
+                families[parts[2]] = parts[3]
+    return families
 
 
 def _matches(sample: Sample, name: str, labels: dict[str, str] | None) -> bool:
@@ -166,6 +187,7 @@ class MetricsSummary:
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
     cache_config: dict[str, str] = field(default_factory=dict)
+    kv_offload: dict[str, Any] | None = None  # None: /metrics has no vllm:kv_offload_* family
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,6 +205,27 @@ def summarize_metrics(after_text: str, before_text: str | None = None) -> Metric
     queries, hits = window(PREFIX_QUERIES), window(PREFIX_HITS)
     draft_tokens, accepted = window(SPEC_DRAFT_TOKENS), window(SPEC_ACCEPTED)
     cache_config = next((dict(s.labels) for s in after if s.name == CACHE_CONFIG), {})
+    families = sorted(f for f in metric_families(after_text) if f.startswith(KV_OFFLOAD_PREFIX)) or sorted(
+        {s.name for s in after if s.name.startswith(KV_OFFLOAD_PREFIX)}
+    )
+    kv_offload = None
+    if families:
+
+        def moved(new: str, direction: str) -> float | None:
+            flat = window(new)
+            if flat is not None:
+                return flat
+            label = {"transfer_type": direction}
+            return _delta(
+                metric_total(after, KV_OFFLOAD_TOTAL_BYTES, label),
+                metric_total(before, KV_OFFLOAD_TOTAL_BYTES, label) if before else None,
+            )
+
+        kv_offload = {
+            "families": families,
+            "store_bytes": moved(KV_OFFLOAD_STORE_BYTES, "GPU_to_CPU"),
+            "load_bytes": moved(KV_OFFLOAD_LOAD_BYTES, "CPU_to_GPU"),
+        }
     return MetricsSummary(
         ttft_count=int(ttft[-1][1]) if ttft else 0,
         ttft_p50_s=histogram_quantile(0.5, ttft),
@@ -199,4 +242,5 @@ def summarize_metrics(after_text: str, before_text: str | None = None) -> Metric
         prompt_tokens=window(PROMPT_TOKENS),
         generation_tokens=window(GENERATION_TOKENS),
         cache_config=cache_config,
+        kv_offload=kv_offload,
     )

@@ -1,0 +1,106 @@
+"""Pipeline stages, decode context parallelism and the exact/approximate verdict of plan_capacity.
+
+Not reproductions of real logs (no fixture here is a PP or DCP log with a KV size line): the stage split
+is vLLM 0.26's get_pp_indices (vllm/distributed/utils.py) and the DCP count its
+FullAttentionSpec.max_memory_usage_bytes, checked against numbers worked out by hand from those functions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.capacity import plan_capacity, pp_stage_layers
+
+MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+GIB = 2**30
+
+
+def config(name: str) -> dict:
+    return json.loads((MODELS / f"{name}.config.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "stages"),
+    [(27, 2, [14, 13]), (48, 2, [24, 24]), (62, 4, [15, 16, 16, 15]), (61, 4, [15, 15, 16, 15]), (7, 1, [7])],
+)
+def test_stage_split_is_get_pp_indices(layers: int, pp: int, stages: list[int]) -> None:
+    assert pp_stage_layers(layers, pp) == stages
+
+
+def test_explicit_partition_and_its_errors() -> None:
+    assert pp_stage_layers(48, 2, [16, 32]) == [16, 32]
+    with pytest.raises(FleetInputError, match="--pp-layer-partition: 16,30 must be 2 positive layer counts"):
+        pp_stage_layers(48, 2, [16, 30])
+    with pytest.raises(FleetInputError, match="--pipeline-parallel-size: 30 stages"):
+        pp_stage_layers(27, 30)
+
+
+def test_pp_pool_is_the_largest_stage_s() -> None:
+    """DeepSeek-V2-Lite (27 MLA layers, 576 latent values x 2 B): 14 layers on stage 0 at TP 2 x PP 2."""
+    common = dict(
+        tensor_parallel_size=2, kv_cache_dtype="auto", max_model_len=32768, kv_bytes_per_gpu=20 * GIB
+    )
+    one = plan_capacity(config("deepseek-v2-lite-chat"), **common)
+    two = plan_capacity(config("deepseek-v2-lite-chat"), pipeline_parallel_size=2, **common)
+    page = 16 * 576 * 2
+    assert one.num_gpu_blocks == 20 * GIB // (27 * page)
+    assert two.num_gpu_blocks == 20 * GIB // (14 * page)
+    assert two.gpu_kv_tokens == int(two.num_gpu_blocks / 2048 * 32768)
+    assert two.exact and two.pipeline_parallel_size == 2
+
+
+def test_dcp_shards_tokens_of_full_attention() -> None:
+    """MLA at TP 8 with DCP 8: each rank keeps 1/8 of every request's latent cache."""
+    common = dict(
+        tensor_parallel_size=8, kv_cache_dtype="auto", max_model_len=32768, kv_bytes_per_gpu=20 * GIB
+    )
+    plain = plan_capacity(config("deepseek-v2-lite-chat"), **common)
+    dcp = plan_capacity(config("deepseek-v2-lite-chat"), decode_context_parallel_size=8, **common)
+    assert dcp.num_gpu_blocks == plain.num_gpu_blocks
+    assert plain.blocks_per_request == 2048 and dcp.blocks_per_request == 256
+    assert dcp.max_concurrency == pytest.approx(plain.max_concurrency * 8)
+
+
+def test_exact_and_approximate_verdicts() -> None:
+    common = dict(
+        tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=32768, kv_bytes_per_gpu=20 * GIB
+    )
+    assert plan_capacity(config("llama-3.1-8b"), **common).exact
+    oss = plan_capacity(config("gpt-oss-120b"), max_num_batched_tokens=8192, **common)
+    assert not oss.exact and any("sliding-window" in r for r in oss.approximate_because)
+    assert any("attention sinks" in r for r in oss.approximate_because)
+    old_pp = plan_capacity(config("llama-3.1-8b"), pipeline_parallel_size=2, vllm_version="0.15.2", **common)
+    assert not old_pp.exact and "not checked for 0.15.2" in old_pp.approximate_because[0]
+    assert plan_capacity(
+        config("llama-3.1-8b"), pipeline_parallel_size=2, vllm_version="0.26.0", **common
+    ).exact
+
+
+def test_mamba2_hybrid_is_sized_and_approximate() -> None:
+    """A Granite-4.0-H-shaped config (layer_types mamba/attention): the Mamba-2 state per layer and GPU is
+    conv (conv_dim / TP x (d_conv - 1)) + ssm (heads / TP x head_dim x d_state), vLLM's mamba2_state_shape."""
+    cfg = {
+        "model_type": "granitemoehybrid",
+        "num_hidden_layers": 4,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "layer_types": ["mamba", "mamba", "mamba", "attention"],
+        "mamba_n_heads": 128,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "torch_dtype": "bfloat16",
+    }
+    plan = plan_capacity(
+        cfg, tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=8192, kv_bytes_per_gpu=GIB
+    )
+    conv = (128 * 64 + 2 * 1 * 128) * 3 * 2
+    ssm = 128 * 64 * 128 * 2
+    assert plan.linear_state_bytes_per_request_per_gpu == 3 * (conv + ssm) * 2  # align mode: 2 blocks
+    assert not plan.exact and any("mamba layers" in r for r in plan.approximate_because)
