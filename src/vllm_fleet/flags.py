@@ -29,6 +29,8 @@ BEHAVIOURS = {
     "rope_parameters": "0.12.0",
     # the startup line reports KV tokens per KV-cache group (hybrid models), not over all layers
     "kv_group_aware_report": "0.20.1",
+    # "Maximum concurrency" is the block pool over one request's blocks (before: tokens / max_model_len)
+    "max_concurrency_from_blocks": "0.9.2",
 }
 
 

@@ -27,12 +27,12 @@ How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_ca
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.model import NON_ATTENTION_KINDS, ModelInfo
+from vllm_fleet.plan.model import NON_ATTENTION_KINDS, ModelInfo, check_heads
 from vllm_fleet.plan.model import _int as _int
 from vllm_fleet.sizes import format_bytes, format_count
 
@@ -69,7 +69,6 @@ _DEFAULT_ASSUMED_BATCHED_TOKENS = 8192
 # The attention kernels' block alignment that vLLM uses when it enlarges blocks for hybrid models.
 _HYBRID_BLOCK_ALIGNMENT = 16
 # First release seen printing the group-aware token count (the v0.20.1 log of club-3090#91 matches it).
-_GROUP_AWARE_SINCE = (0, 20, 1)
 
 
 @dataclass(frozen=True)
@@ -268,16 +267,6 @@ def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
     )
 
 
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
-    """`0.20.1`, `v0.10.2.dev378+g4d7f` -> (0, 20, 1); None stays None (= the newest behaviour)."""
-    if text is None or text == "":
-        return None
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(text).strip())
-    if not match:
-        raise FleetInputError(f"--vllm-version: cannot read {text!r}; give a release such as 0.32.0")
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
 def _kv_dtype_bytes(kv_cache_dtype: str, shape: KvShape, model_dtype: str) -> int:
     if kv_cache_dtype not in VALID_KV_CACHE_DTYPES:
         raise FleetInputError(
@@ -430,11 +419,13 @@ def _largest_stage_group(shape: KvShape, stages: list[int], group_size: int, gro
 
 # Counting checked against real logs (tests/unit/test_capacity.py) or read from vLLM 0.26's source.
 _EXACT_KINDS = frozenset({"full", "linear"})
-_PARALLEL_READ_IN = (0, 26, 0)
+# The release whose pipeline / decode-context-parallel KV accounting was read in its sources (not a behaviour
+# change of vLLM: older releases are said to be approximate).
+_PARALLEL_READ_IN = "0.26.0"
 
 
 def _approximate_because(
-    shape: KvShape, version: tuple[int, int, int] | None, pp: int, dcp: int
+    shape: KvShape, vllm_version: str | None, pp: int, dcp: int
 ) -> list[str]:
     """Why this plan is not exact; empty when the family and layout are counted the way vLLM counts."""
     reasons = []
@@ -447,16 +438,17 @@ def _approximate_because(
         reasons.append("attention sinks (gpt-oss): not checked against a real log")
     for kind in sorted(kinds - _EXACT_KINDS - {"sliding"}):
         reasons.append(f"{kind} layers: the state size follows vLLM's shape formula, no real log reproduced")
-    old = version is not None and version < _PARALLEL_READ_IN
+    old = bool(vllm_version) and flags.parse_version(vllm_version) < flags.parse_version(_PARALLEL_READ_IN)
     if pp > 1 and (old or len(kinds) > 1):
         reasons.append(
             "pipeline parallelism: counted as vLLM 0.26 does (the largest stage)"
-            + (f", not checked for {'.'.join(map(str, version))}" if old and version else "")
+            + (f", not checked for {vllm_version}" if old else "")
             + ("; hybrid stages" if len(kinds) > 1 else "")
         )
-    if dcp > 1 and old and version:
-        release = ".".join(map(str, version))
-        reasons.append(f"decode context parallelism: counted as vLLM 0.26 does, not checked for {release}")
+    if dcp > 1 and old:
+        reasons.append(
+            f"decode context parallelism: counted as vLLM 0.26 does, not checked for {vllm_version}"
+        )
     return reasons
 
 
@@ -510,7 +502,8 @@ def plan_capacity(
         raise FleetInputError(
             f"--mamba-cache-mode: {mamba_cache_mode!r} must be 'align' (prefix caching on) or 'none'"
         )
-    version = parse_version(vllm_version)
+    if vllm_version:
+        flags.parse_version(vllm_version, "--vllm-version")  # refuse what is no release, before planning
     warnings: list[str] = []
     notes = list(shape.notes)
     tp = tensor_parallel_size
@@ -532,23 +525,10 @@ def plan_capacity(
     act_bytes = _MODEL_DTYPE_BYTES[model_dtype]
 
     if not shape.is_mla:
-        if shape.num_kv_heads >= tp and shape.num_kv_heads % tp:
-            warnings.append(
-                f"{shape.num_kv_heads} KV heads do not divide over tensor_parallel_size {tp}: vLLM refuses "
-                f"to "
-                "start; pick a TP size that divides the KV heads"
-            )
-        elif shape.num_kv_heads < tp:
-            warnings.append(
-                f"tensor_parallel_size {tp} exceeds the model's {shape.num_kv_heads} KV heads: each GPU "
-                f"keeps a "
-                "replica of one KV head, so KV capacity stops growing with TP"
-            )
-        if shape.num_attention_heads % tp:
-            warnings.append(
-                f"{shape.num_attention_heads} attention heads do not divide over tensor_parallel_size {tp}: "
-                "vLLM refuses to start"
-            )
+        # the one TP-vs-heads rule (plan.model.check_heads): vLLM refuses what it refuses, so this raises
+        for reason in check_heads(tp, shape.num_attention_heads, shape.num_kv_heads):
+            if "replicates" in reason:
+                warnings.append(reason)
 
     kv_heads = shape.kv_heads_per_rank(tp)
     per_layer_rank = shape.bytes_per_token_per_layer(kv_heads, kv_cache_dtype, dtype_bytes)
@@ -614,7 +594,7 @@ def plan_capacity(
 
     per_request = blocks_needed(max_model_len)
     concurrency = num_blocks / per_request if per_request else 0.0
-    group_aware = version is None or version >= _GROUP_AWARE_SINCE
+    group_aware = flags.supports(vllm_version, "kv_group_aware_report")
     num_groups = sum(group.count for group in groups)
     if group_aware:
         tokens = int(concurrency * max_model_len)
@@ -622,7 +602,7 @@ def plan_capacity(
     else:
         tokens = num_blocks // num_groups * effective_block
         formula = "num_blocks // kv_cache_groups * block_size (vLLM < 0.20.1)"
-        if version is not None and version < (0, 9, 2):
+        if not flags.supports(vllm_version, "max_concurrency_from_blocks"):
             concurrency = tokens / max_model_len
     fits = num_blocks >= per_request
 
@@ -651,13 +631,6 @@ def plan_capacity(
             "that start-up check: raise the KV memory, add GPUs, use a smaller KV dtype or lower "
             "max_model_len"
         )
-    if shape.max_position_limit is not None and max_model_len > shape.max_position_limit:
-        warnings.append(
-            f"max_model_len {format_count(max_model_len)} exceeds what the checkpoint supports as configured "
-            f"({format_count(shape.max_position_limit)} positions): enable RoPE scaling (YaRN) through "
-            "--hf-overrides with original_max_position_embeddings × factor ≥ max_model_len"
-        )
-
     chunks = None
     if max_num_batched_tokens is not None:
         chunks = math.ceil(max_model_len / max_num_batched_tokens)
@@ -665,7 +638,7 @@ def plan_capacity(
     if avg_input_len is not None:
         avg_concurrency = num_blocks / blocks_needed(avg_input_len)
 
-    approximate = _approximate_because(shape, version, pipeline_parallel_size, dcp)
+    approximate = _approximate_because(shape, vllm_version, pipeline_parallel_size, dcp)
     if approximate:
         warnings.append("approximate: " + "; ".join(approximate))
     line = (

@@ -17,6 +17,7 @@ from typing import Any
 
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.model import ModelInfo, text_config
 from vllm_fleet.render.schema import ServeSpec
 
 # Flags the schema renders, and the variable a user changes to fix a problem with them.
@@ -332,11 +333,9 @@ def check_command(command: str | list[str], vllm_version: str) -> tuple[list[str
 
 
 def _model_value(model_config: dict[str, Any], *names: str) -> Any:
-    for source in (model_config, model_config.get("text_config") or {}):
-        for name in names:
-            if isinstance(source, dict) and source.get(name) is not None:
-                return source[name]
-    return None
+    """The first of `names` the model's config.json sets, read through the one merge (plan.model)."""
+    merged = text_config(model_config)
+    return next((merged[name] for name in names if merged.get(name) is not None), None)
 
 
 def validate_instance(
@@ -405,8 +404,9 @@ def validate_instance(
         )
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is None:
         warnings.append(
-            f"capacity: instance {name} runs on vLLM's CPU backend, which sizes its KV cache from "
-            "VLLM_CPU_KVCACHE_SPACE (GiB); not planned here"
+            f"capacity (info): instance {name} runs on vLLM's CPU backend, so no GPU KV plan applies: its KV "
+            "cache is VLLM_CPU_KVCACHE_SPACE GiB of host memory (the lab sets 1 in vllm_service_extra_env) "
+            "and verify reads the size vLLM logs at startup ('CPU KV cache size: N tokens')"
         )
     else:
         _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations)
@@ -456,10 +456,8 @@ def _position_rule(spec: ServeSpec, model_config: dict[str, Any], errors: list[s
     """max_model_len within the positions the checkpoint supports as configured (YaRN: _rope_rule)."""
     if spec.max_model_len is None or not model_config or spec.rope_scaling:
         return
-    from vllm_fleet.plan.capacity import KvShape
-
     try:
-        limit = KvShape.from_model_config(model_config).max_position_limit
+        limit = ModelInfo.from_config(model_config).position_limit
     except FleetInputError:
         return  # a config the planner cannot read is reported by the capacity rules
     if limit is not None and spec.max_model_len > limit:
