@@ -62,8 +62,10 @@ CUDA_MIN_DRIVER = {
 
 # Packages of the driver stack that a hold must cover so that no upgrade swaps the user-space libraries under
 # a loaded kernel module (the cause of most "Driver/library version mismatch" reports).
+# Debian names the user-space libraries without the branch (libcuda1, libnvidia-ml1, firmware-nvidia-gsp).
 _DRIVER_PACKAGE_RE = re.compile(
-    r"^(nvidia-|libnvidia-|cuda-drivers|xserver-xorg-video-nvidia)"
+    r"^(nvidia-|libnvidia-|cuda-drivers|xserver-xorg-video-nvidia|libcuda1$|libnvcuvid|libnvoptix"
+    r"|firmware-nvidia-)"
 )
 
 
@@ -238,6 +240,117 @@ def parse_os_release(text: str) -> dict[str, str]:
     return values
 
 
+@dataclass(frozen=True)
+class DkmsModule:
+    """One line of `dkms status`: `nvidia-current/535.261.03: added` (source registered, built for no kernel)
+    or `nvidia/535.113.01, 5.15.0-86-generic, x86_64: installed` (built and installed for that kernel)."""
+
+    module: str
+    version: str
+    kernel: str | None
+    state: str
+
+
+def parse_dkms_status(text: str) -> list[DkmsModule]:
+    modules = []
+    for line in text.splitlines():
+        head, sep, state = line.rpartition(": ")
+        if not sep or "/" not in head:
+            continue
+        parts = [p.strip() for p in head.split(",")]
+        module, _, version = parts[0].partition("/")
+        kernel = parts[1] if len(parts) > 1 else None
+        # dkms appends notes such as "installed (WARNING! Diff between built and installed module!)"
+        modules.append(DkmsModule(module, version, kernel, state.strip().split()[0] if state.strip() else ""))
+    return modules
+
+
+def secure_boot_state(
+    mokutil_rc: int, mokutil_text: str, efivar_rc: int = 127, efivar_text: str = ""
+) -> str | None:
+    """`enabled`, `disabled`, `unsupported` (legacy BIOS boot, no EFI variables) or None (cannot tell).
+
+    `mokutil --sb-state` prints `SecureBoot enabled` / `SecureBoot disabled`, or `EFI variables are not
+    supported on this system` / `This system doesn't support Secure Boot`. Without mokutil the EFI variable
+    itself
+    answers: `od -An -t u1 /sys/firmware/efi/efivars/SecureBoot-8be4df61-...` prints 4 attribute bytes and the
+    value (`6 0 0 0 1` = enabled)."""
+    text = mokutil_text.lower()
+    if "secureboot enabled" in text:
+        return "enabled"
+    if "secureboot disabled" in text:
+        return "disabled"
+    if "not supported on this system" in text or "doesn't support secure boot" in text:
+        return "unsupported"
+    numbers = efivar_text.split()
+    if efivar_rc == 0 and len(numbers) == 5 and all(n.isdigit() for n in numbers):
+        return "enabled" if numbers[4] == "1" else "disabled"
+    return None
+
+
+def mok_key_enrolled(rc: int, text: str) -> bool | None:
+    """`mokutil --test-key /var/lib/dkms/mok.pub`: `... is already enrolled` / `... is not enrolled`."""
+    if "is already enrolled" in text:
+        return True
+    if "is not enrolled" in text:
+        return False
+    return None
+
+
+def secure_boot_refusal(
+    state: str | None, mok_enrolled: bool | None, *, will_build_module: bool, signed_modules: bool
+) -> str | None:
+    """Why an install must not go ahead: Secure Boot on and a DKMS-built module nobody will sign with an
+    enrolled key, which the kernel refuses to load (`modprobe: ERROR: could not insert 'nvidia': Key was
+    rejected by service`). None when the install may proceed."""
+    if state != "enabled" or not will_build_module or signed_modules or mok_enrolled:
+        return None
+    why = (
+        "DKMS's signing key /var/lib/dkms/mok.pub is not enrolled"
+        if mok_enrolled is False
+        else "no enrolled DKMS signing key was found (/var/lib/dkms/mok.pub)"
+    )
+    return (
+        f"Secure Boot is enabled and the driver's kernel module would be built by DKMS unsigned ({why}): the "
+        "kernel would refuse to load it (Key was rejected by service). Fix: enrol DKMS's key (`mokutil "
+        "--import "
+        "/var/lib/dkms/mok.pub`, then confirm it in the MOK manager at the next boot) and run again, or "
+        "install "
+        "signed modules (Ubuntu: linux-modules-nvidia-<branch>-<flavour>) and set "
+        "nvidia_driver_secure_boot_signed: "
+        "true, or disable Secure Boot in the firmware"
+    )
+
+
+def module_build_note(
+    dkms: list[DkmsModule], kernel: str | None, headers_present: bool, container: str | None
+) -> str | None:
+    """What stands between installed packages and a loaded module, said plainly (None when nothing does)."""
+    nvidia = [m for m in dkms if m.module.startswith("nvidia")]
+    built = [m for m in nvidia if m.kernel == kernel and m.state == "installed"]
+    if built and not container:
+        return None
+    what = ", ".join(
+        f"{m.module} {m.version} {m.state}" + (f" for {m.kernel}" if m.kernel else "") for m in nvidia
+    )
+    no_headers = "" if headers_present else f"; no headers at /lib/modules/{kernel}/build"
+    if container:
+        return (
+            f"this host is a container ({container}) running the kernel of the machine under it "
+            f"({kernel or '?'}): "
+            f"a container can neither build the driver's kernel module for that kernel nor load it (DKMS: "
+            f"{what or 'no nvidia module'}{no_headers}); "
+            "the module must be installed and loaded on the machine under it"
+        )
+    if nvidia and not built:
+        return (
+            f"DKMS has not built the driver's module for the running kernel {kernel or '?'} ({what})"
+            + ("" if headers_present else f": its headers are missing (install linux-headers-{kernel}, "
+               "nvidia_driver_kernel_headers: true)")
+        )
+    return None
+
+
 # --------------------------------------------------------------------------------------------- versions
 
 
@@ -319,15 +432,104 @@ class DriverPin:
         return f"{self.version or self.branch + '.x'} ({kind} kernel modules)"
 
 
-def driver_packages(pin: DriverPin, distro: str) -> list[str]:
-    """Packages from NVIDIA's CUDA repository that install a compute driver of the pinned branch.
+DRIVER_SOURCES = ("nvidia", "distribution")
 
-    580 is the last branch with branch-named packages on Ubuntu; from 590 on the names carry no branch and
-    the apt preferences file alone keeps the branch (NVIDIA driver installation guide, "Version locking")."""
-    branch_named = int(pin.branch) < 590 and distro.startswith("ubuntu")
-    if pin.open_kernel_modules:
-        return [f"nvidia-driver-{pin.branch}-open"] if branch_named else ["nvidia-open"]
-    return [f"cuda-drivers-{pin.branch}"] if branch_named else ["cuda-drivers"]
+# What each distribution's own archive carries (`nvidia_driver_source: distribution`). Debian 12 ships one
+# branch in non-free (535; security updates stay on it) and the open modules for it in contrib; Ubuntu's
+# restricted
+# component carries every branch its `ubuntu-drivers` offers, headless (no X) packages included.
+DISTRIBUTION_BRANCHES = {("debian", "12"): ("535",)}
+_DISTRIBUTION_ARCHIVES = {
+    "debian": ("http://deb.debian.org/debian", "http://deb.debian.org/debian-security"),
+    "ubuntu": ("http://archive.ubuntu.com/ubuntu", "http://security.ubuntu.com/ubuntu"),
+}
+_DISTRIBUTION_COMPONENTS = {
+    "debian": ("contrib", "non-free", "non-free-firmware"),
+    "ubuntu": ("restricted",),
+}
+DISTRIBUTION_KEYRINGS = {
+    "debian": "/usr/share/keyrings/debian-archive-keyring.gpg",
+    "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+}
+
+
+def check_source(source: Any) -> str:
+    value = str(source).strip()
+    if value not in DRIVER_SOURCES:
+        raise FleetInputError(
+            f"nvidia_driver_source: {source!r} is not a driver source; set 'nvidia' (NVIDIA's CUDA "
+            "repository) "
+            "or 'distribution' (Debian non-free / Ubuntu restricted)"
+        )
+    return value
+
+
+def driver_packages(pin: DriverPin, distro: str, source: str = "nvidia") -> list[str]:
+    """Packages that install a headless compute driver of the pinned branch from `source`.
+
+    `distro`: NVIDIA's repository directory (`ubuntu2404`, `debian12`) or the OS id (`ubuntu`, `debian`).
+    NVIDIA's repository: 580 is the last branch with branch-named packages on Ubuntu; from 590 on the names
+    carry no branch and the apt preferences file alone keeps the branch (NVIDIA driver installation guide,
+    "Version locking"). Debian: the kernel module through DKMS, nvidia-smi, the CUDA library and the
+    persistence daemon, not the `nvidia-driver` metapackage (which brings X). Ubuntu:
+    `nvidia-headless-<branch>` (DKMS module and compute libraries, no X) and `nvidia-utils-<branch>`
+    (nvidia-smi)."""
+    source = check_source(source)
+    distro = distro.lower()
+    if source == "nvidia":
+        branch_named = int(pin.branch) < 590 and distro.startswith("ubuntu")
+        if pin.open_kernel_modules:
+            return [f"nvidia-driver-{pin.branch}-open"] if branch_named else ["nvidia-open"]
+        return [f"cuda-drivers-{pin.branch}"] if branch_named else ["cuda-drivers"]
+    if distro.startswith("debian"):
+        module = "nvidia-open-kernel-dkms" if pin.open_kernel_modules else "nvidia-kernel-dkms"
+        return [module, "nvidia-smi", "libcuda1", "nvidia-persistenced"]
+    if distro.startswith("ubuntu"):
+        flavour = "-open" if pin.open_kernel_modules else ""
+        return [f"nvidia-headless-{pin.branch}{flavour}", f"nvidia-utils-{pin.branch}"]
+    raise FleetInputError(
+        f"nvidia_driver_source: 'distribution' has no driver packages known for {distro!r}; "
+        "use Debian or Ubuntu, or set nvidia_driver_packages"
+    )
+
+
+def distribution_sources(
+    pin: DriverPin,
+    os_id: str,
+    os_version: str,
+    codename: str,
+    *,
+    url: str = "",
+    security_url: str = "",
+    suites: list[str] | None = None,
+    components: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """deb822 stanzas ({uris, suites, components}) for the distribution's driver packages.
+
+    Defaults: the release, -updates and -security suites with the components the driver lives in. `url` (a
+    mirror) replaces the archive; `suites` given: one stanza on `url` alone (a mirror that merges them)."""
+    os_l = os_id.lower()
+    if os_l not in _DISTRIBUTION_ARCHIVES:
+        raise FleetInputError(
+            f"nvidia_driver_source: 'distribution' is not supported on {os_id} {os_version}; use Debian or "
+            "Ubuntu, or set nvidia_driver_source: nvidia"
+        )
+    allowed = DISTRIBUTION_BRANCHES.get((os_l, os_version))
+    if allowed and pin.branch not in allowed:
+        raise FleetInputError(
+            f"nvidia_driver_branch: {pin.branch!r} is not in {os_id} {os_version}'s own archive, which ships "
+            f"branch {', '.join(allowed)}; set nvidia_driver_branch: '{allowed[0]}' or "
+            "nvidia_driver_source: nvidia"
+        )
+    archive, security = _DISTRIBUTION_ARCHIVES[os_l]
+    comps = list(components or _DISTRIBUTION_COMPONENTS[os_l])
+    base = url or archive
+    if suites:
+        return [{"uris": base, "suites": list(suites), "components": comps}]
+    stanzas = [{"uris": base, "suites": [codename, f"{codename}-updates"], "components": comps}]
+    stanzas.append({"uris": security_url or (base if url else security), "suites": [f"{codename}-security"],
+                    "components": comps})
+    return stanzas
 
 
 def cuda_repo_url(base: str, os_id: str, os_version: str, arch: str) -> str:
@@ -389,10 +591,12 @@ def packages_to_hold(packages: dict[str, DpkgPackage], extra: list[str] | None =
 def installed_driver_version(packages: dict[str, DpkgPackage]) -> str | None:
     """The driver version that dpkg installed, read from the user-space compute library (whatever its name:
     `libnvidia-compute-580`, `libnvidia-compute`, `nvidia-driver-cuda`...)."""
+    # Debian's nvidia-kernel-common is versioned by date (20220217+3), so only the branch-named one counts
     for name in sorted(packages):
         package = packages[name]
         if package.installed and re.match(
-            r"^(libnvidia-compute|nvidia-driver-cuda|nvidia-kernel-common)", name
+            r"^(libnvidia-compute|nvidia-driver-cuda|nvidia-kernel-common-\d|libcuda1$|nvidia-kernel-dkms$)",
+            name,
         ):
             return upstream_version(package.version)
     return None
@@ -423,6 +627,13 @@ class DriverAssessment:
     reboot_required: bool
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # `systemd-nspawn`, `lxc`, `docker`...: the kernel (and its modules) belong to the machine under it
+    container: str | None = None
+    dkms: list[dict[str, Any]] = field(default_factory=list)
+    module_note: str | None = None
+    mok_enrolled: bool | None = None
+    # set when the install must not go ahead (Secure Boot and an unsigned module); the role fails with it
+    refusal: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -434,8 +645,11 @@ def assess_driver(
     *,
     expected_gpu_count: int | None = None,
     force: bool = False,
+    signed_modules: bool = False,
 ) -> DriverAssessment:
-    """Read the probe output and decide: nothing (`ok`), `install`, a pending reboot, or `no_gpu`."""
+    """Read the probe output and decide: nothing (`ok`), `install`, a pending reboot, or `no_gpu`.
+
+    `signed_modules`: the packages bring modules signed for Secure Boot (nvidia_driver_secure_boot_signed)."""
     sections = split_probe(probe_text)
 
     def text(name: str) -> str:
@@ -460,11 +674,14 @@ def assess_driver(
     installed_version = installed_driver_version(packages)
     kernel = text("kernel").strip() or None
     headers_present = rc("headers") == 0 and "present" in text("headers")
-    secure_boot = (
-        text("secure_boot").strip().splitlines()[0]
-        if rc("secure_boot") == 0 and text("secure_boot")
-        else None
+    secure_boot = secure_boot_state(
+        rc("secure_boot"), text("secure_boot"), rc("efi_secure_boot"), text("efi_secure_boot")
     )
+    mok_enrolled = mok_key_enrolled(rc("mok_dkms_key"), text("mok_dkms_key"))
+    virt = text("virt").strip()
+    container = virt if rc("virt") == 0 and virt and virt != "none" else None
+    dkms = parse_dkms_status(text("dkms_status")) if rc("dkms_status") == 0 else []
+    module_note = module_build_note(dkms, kernel, headers_present, container)
 
     driver_version = gpus[0].driver_version if gpus else version_info.get("driver_version")
     reasons: list[str] = []
@@ -513,7 +730,8 @@ def assess_driver(
             reboot_required = True
             reasons.append(
                 f"driver {installed_version} is installed but its module is not loaded "
-                f"(nvidia-smi: {smi.state}): a reboot loads it"
+                f"(nvidia-smi: {smi.state}): "
+                + (module_note if container and module_note else "a reboot loads it")
             )
         else:
             status = "install"
@@ -532,11 +750,15 @@ def assess_driver(
     if "nouveau" in modules:
         warnings.append("nouveau is loaded: it holds the GPUs until it is blacklisted and the host reboots")
         reboot_required = reboot_required or status != "no_gpu"
-    if secure_boot and "enabled" in secure_boot.lower() and needs_install:
-        warnings.append(
-            "Secure Boot is enabled: the DKMS-built module must be signed with an enrolled MOK key "
-            "or it will not load"
-        )
+    # a container builds no module, so Secure Boot (the machine's, under it) does not gate its packages
+    refusal = secure_boot_refusal(
+        secure_boot,
+        mok_enrolled,
+        will_build_module=needs_install and not container,
+        signed_modules=signed_modules,
+    )
+    if module_note and not container and status != "no_gpu":
+        warnings.append(module_note)
 
     return DriverAssessment(
         status=status,
@@ -557,6 +779,11 @@ def assess_driver(
         reboot_required=reboot_required,
         reasons=reasons,
         warnings=warnings,
+        container=container,
+        dkms=[asdict(m) for m in dkms],
+        module_note=module_note,
+        mok_enrolled=mok_enrolled,
+        refusal=refusal,
     )
 
 
@@ -598,21 +825,46 @@ def is_local_connection(connection: str | None, inventory_hostname: str) -> bool
 
 
 def decide_reboot(
-    policy: str, *, reboot_required: bool, changed: bool, connection: str | None, inventory_hostname: str
+    policy: str,
+    *,
+    reboot_required: bool,
+    changed: bool,
+    connection: str | None,
+    inventory_hostname: str,
+    container: str | None = None,
 ) -> RebootDecision:
     """`auto`: reboot when required; `always`: also after any driver change; `never`: report only. Never the
-    machine the play runs on (NVIDIA/ansible-role-nvidia-driver#20 rebooted the control node)."""
+    machine the play runs on (NVIDIA/ansible-role-nvidia-driver#20 rebooted the control node), and never a
+    container for the module's sake: its kernel is the machine's under it, a reboot of the container loads
+    nothing."""
     if policy not in REBOOT_POLICIES:
         raise FleetInputError(
             f"nvidia_driver_reboot: {policy!r} is not a policy; set one of {', '.join(REBOOT_POLICIES)}"
         )
     wanted = (policy == "auto" and reboot_required) or (policy == "always" and (reboot_required or changed))
     if not wanted:
+        if reboot_required and container:
+            return RebootDecision(
+                False,
+                False,
+                f"a reboot is required and nvidia_driver_reboot={policy}; {inventory_hostname} is a "
+                f"container ({container}), whose reboot would load no kernel module anyway: load the driver "
+                "on the machine under it",
+            )
         if reboot_required:
             return RebootDecision(
                 False, False, f"a reboot is required and nvidia_driver_reboot={policy}: reboot by hand"
             )
         return RebootDecision(False, False, "no reboot needed")
+    if container:
+        return RebootDecision(
+            False,
+            True,
+            f"nvidia_driver_reboot={policy} would reboot {inventory_hostname} now to load the driver's "
+            "module, but "
+            f"it is a container ({container}): a container's reboot loads no kernel module, so it is not "
+            "rebooted; load the driver on the machine under it",
+        )
     if is_local_connection(connection, inventory_hostname):
         return RebootDecision(
             False,
@@ -694,3 +946,270 @@ def check_key_fingerprint(key: str | bytes, expected: str, source: str) -> str:
         f"(it holds {', '.join(found) or 'no key'}); if NVIDIA rotated its key, check the new one "
         "out of band and set nvidia_driver_repo_key_fingerprint to it"
     )
+
+
+# --------------------------------------------------------------------------------------------- CUDA gate
+
+# The lowest driver that runs any code of a CUDA major release (NVIDIA CUDA Compatibility guide, "Minor
+# Version Compatibility", table 1: 13.x >= 580, 12.x >= 525, 11.x >= 450; exact floors from the release
+# notes' toolkit
+# driver table: 13.0 GA 580.65.06, 12.0 GA 525.60.13, 11.x 450.80.02). A torch/vLLM wheel carries its CUDA
+# runtime, so the driver is all the host has to match.
+CUDA_MAJOR_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+# vLLM's default (unsuffixed) PyPI wheels are built for CUDA 13.0 from 0.20.0 on, 12.x before
+# (vllm-project/vllm#39878 "Switch default CUDA to 13.0"; vllm-project/router#154: "The vLLM 0.20.0 release
+# has switched to CUDA 13 for the default wheels"); `+cu129` names the CUDA 12.9 variant.
+VLLM_CUDA13_FROM = "0.20.0"
+
+_LOCAL_CUDA_RE = re.compile(r"\+cu(\d{2,3})\b")
+_LOCK_TORCH_RE = re.compile(r"^\s*torch\s*==\s*([\w.]+(?:\+[\w.]+)?)", re.MULTILINE)
+_LOCK_VLLM_RE = re.compile(r"^\s*vllm(?:-cpu)?\s*==\s*([\w.]+(?:\+[\w.]+)?)", re.MULTILINE)
+# the CUDA runtime wheel torch depends on: nvidia-cuda-runtime-cu12==12.8.90, nvidia-cuda-runtime==13.0.96
+_LOCK_CUDART_RE = re.compile(r"^\s*nvidia-cuda-runtime(?:-cu(\d+))?\s*==\s*(\d+)\.(\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CudaBuild:
+    """The CUDA a vLLM build runs on: `major` None for a build without CUDA (`+cpu`, `+rocm...`)."""
+
+    major: int | None
+    minor: int | None
+    source: str
+
+    def describe(self) -> str:
+        if self.major is None:
+            return "no CUDA"
+        return f"CUDA {self.major}" + (f".{self.minor}" if self.minor is not None else "")
+
+
+def _cuda_of_local(local: str) -> tuple[int, int] | None:
+    match = _LOCAL_CUDA_RE.search(local)
+    if not match:
+        return None
+    digits = match.group(1)
+    return int(digits[:-1]), int(digits[-1])
+
+
+def vllm_build_cuda(vllm_version: str) -> CudaBuild:
+    """The CUDA of vLLM's wheel for a release (`0.33.0` → 13, `0.19.1` → 12, `0.20.0+cu129` → 12.9,
+    `0.32.0+cpu` → none)."""
+    version = str(vllm_version).strip()
+    _, _, local = version.partition("+")
+    if local:
+        cuda = _cuda_of_local("+" + local)
+        if cuda:
+            return CudaBuild(cuda[0], cuda[1], f"the wheel's local version +{local}")
+        if local.startswith(("cpu", "rocm", "xpu", "tpu")):
+            return CudaBuild(None, None, f"the wheel's local version +{local}")
+    release = version_tuple(version)
+    if not release:
+        raise FleetInputError(
+            f"vllm_install_version: {vllm_version!r} is not a vLLM version; set e.g. '0.33.0'"
+        )
+    if release >= version_tuple(VLLM_CUDA13_FROM):
+        return CudaBuild(13, 0, f"vLLM >= {VLLM_CUDA13_FROM}'s default wheels (torch +cu130)")
+    return CudaBuild(12, None, f"vLLM < {VLLM_CUDA13_FROM}'s default wheels (torch +cu12x)")
+
+
+def lock_build_cuda(lock_text: str) -> CudaBuild | None:
+    """The CUDA a wheelhouse lock installs: torch's local version (`torch==2.9.0+cu130`), vLLM's
+    (`vllm==0.20.0+cu129`), or the CUDA runtime wheel torch pulls (`nvidia-cuda-runtime-cu12==12.8.90`).
+    None when the lock says nothing about CUDA."""
+    for pattern, what in ((_LOCK_TORCH_RE, "torch"), (_LOCK_VLLM_RE, "vllm")):
+        match = pattern.search(lock_text)
+        if match and "+" in match.group(1):
+            local = match.group(1).split("+", 1)[1]
+            cuda = _cuda_of_local("+" + local)
+            if cuda:
+                return CudaBuild(cuda[0], cuda[1], f"the lock's {what}=={match.group(1)}")
+            if what == "torch" and local.startswith(("cpu", "rocm", "xpu")):
+                return CudaBuild(None, None, f"the lock's torch=={match.group(1)}")
+    match = _LOCK_CUDART_RE.search(lock_text)
+    if match:
+        return CudaBuild(int(match.group(2)), int(match.group(3)), f"the lock's {match.group(0).strip()}")
+    return None
+
+
+def gpu_compat_class(name: str) -> str:
+    """`geforce`, `data_center` or `workstation`. CUDA forward compatibility (cuda-compat) covers data-center
+    GPUs (and select NGC-ready RTX SKUs, which a name cannot tell), never GeForce (NVIDIA CUDA Compatibility
+    guide, "Forward Compatibility")."""
+    lowered = name.lower()
+    if "geforce" in lowered or "titan" in lowered:
+        return "geforce"
+    if re.search(
+        r"\b(tesla|[abhl]\d{1,3}[a-z]?|gh200|gb200|gb300|b200|b300|h800|a800|h20|l40s?|v100|t4|p100|p40"
+        r"|a2|a16)\b",
+        lowered,
+    ):
+        return "data_center"
+    return "workstation"
+
+
+def parse_smi_table(text: str) -> dict[str, Any]:
+    """Plain `nvidia-smi`: {"driver_version", "cuda_version", "gpus": [names]} from its header and GPU "
+    "rows."""
+    header = re.search(r"Driver Version:\s*([\d.]+)\s+CUDA Version:\s*([\d.]+)", text)
+    names = re.findall(r"^\|\s+\d+\s+(.+?)\s{2,}(?:On|Off)\s+\|", text, re.MULTILINE)
+    return {
+        "driver_version": header.group(1) if header else None,
+        "cuda_version": header.group(2) if header else None,
+        "gpus": [n.strip() for n in names],
+    }
+
+
+@dataclass(frozen=True)
+class CudaGate:
+    ok: bool
+    cuda: str
+    cuda_source: str
+    min_driver: str | None
+    driver: str | None
+    driver_source: str
+    gpu_classes: dict[str, str]
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _driver_reaches(driver: str, floor: str) -> bool:
+    """A bare branch (`580`, the pin of a run that installs the newest of it) counts by its branch."""
+    have = version_tuple(driver)
+    need = version_tuple(floor)
+    return have[0] >= need[0] if len(have) == 1 else have >= need
+
+
+def cuda_gate(
+    vllm_version: str,
+    driver_version: str | None,
+    gpu_names: list[str],
+    *,
+    lock_text: str = "",
+    forward_compat: bool = False,
+    driver_source: str = "detected",
+) -> CudaGate:
+    """Can the vLLM build about to be installed run on this host's driver?
+
+    Args:
+        vllm_version: the release to install (`vllm_install_version`), local part included if any.
+        driver_version: the host's driver (`580.159.04`), or the pin this run installs (`580`, `580.95.05`);
+            None when the host has none and none is planned.
+        gpu_names: nvidia-smi's GPU names (forward compatibility depends on them).
+        lock_text: the wheelhouse lock the host installs from; its torch/CUDA pins win over the release.
+        forward_compat: cuda-compat is installed and used (nvidia_driver_cuda_forward_compat).
+        driver_source: where driver_version came from, for the message.
+    Returns:
+        CudaGate: `ok` and one message that names the variables to change when it is not.
+    """
+    build = lock_build_cuda(lock_text) if lock_text else None
+    build = build or vllm_build_cuda(vllm_version)
+    classes = {name: gpu_compat_class(name) for name in gpu_names}
+
+    def gate(ok: bool, floor: str | None, message: str) -> CudaGate:
+        return CudaGate(
+            ok, build.describe(), build.source, floor, driver_version, driver_source, classes, message
+        )
+
+    if build.major is None:
+        return gate(True, None, f"vLLM {vllm_version} has no CUDA ({build.source}): no driver needed")
+    floor = CUDA_MAJOR_MIN_DRIVER.get(build.major)
+    if floor is None:
+        return gate(True, None, f"no minimum driver recorded for {build.describe()}")
+    what = f"vLLM {vllm_version} runs on {build.describe()} ({build.source}), which needs driver >= {floor}"
+    if not driver_version:
+        return gate(True, floor, f"{what}; no NVIDIA driver here and none to be installed: nothing to check")
+    gpus = ", ".join(sorted(set(gpu_names))) or "no GPU listed"
+    seen = f"the driver is {driver_version} ({driver_source})"
+    if _driver_reaches(driver_version, floor):
+        return gate(True, floor, f"{what}; {seen}: ok")
+    compat_pkg = f"cuda-compat-{build.major}-{build.minor or 0}"
+    data_center = bool(classes) and all(c == "data_center" for c in classes.values())
+    if forward_compat and data_center:
+        message = f"{what}; {seen}, which runs it by CUDA forward compatibility ({compat_pkg}) on {gpus}"
+        return gate(True, floor, message)
+    if data_center:
+        compat = (
+            f", or install {compat_pkg} and set nvidia_driver_cuda_forward_compat: true (these data-center "
+            "GPUs support CUDA forward compatibility)"
+        )
+    else:
+        compat = f"; CUDA forward compatibility does not help: it covers data-center GPUs only, not {gpus}"
+    below = f"a release below {VLLM_CUDA13_FROM} or a +cu129 build" if build.major == 13 else "an older one"
+    message = (
+        f"vllm_install_version: {what}; this host's driver is {driver_version} ({driver_source}) on {gpus}, "
+        "so vLLM would fail at start (The NVIDIA driver on your system is too old). "
+        f"Fix: set nvidia_driver_branch to '{version_tuple(floor)[0]}' or newer (nvidia_driver_mode: "
+        "install),"
+        " "
+        f"or set vllm_install_version to {below}{compat}"
+    )
+    return gate(False, floor, message)
+
+
+# --------------------------------------------------------------------------------------------- apt sources
+
+SOURCE_FILES = {
+    "nvidia": "/etc/apt/sources.list.d/vllm-fleet-cuda.sources",
+    "distribution": "/etc/apt/sources.list.d/vllm-fleet-nvidia-driver.sources",
+}
+
+
+def apt_sources(role_vars: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """What the role writes for its apt source, from its variables and the host's facts.
+
+    Returns {"source", "file" (the deb822 file), "stale_files" (the other source's file), "stanzas" [{uris,
+    suites, components, signed_by}], "key_needed" (fetch/check a key and place it at the keyring),
+    "packages"}.
+    One function, so the tasks only loop over what it returns."""
+    source = check_source(role_vars.get("nvidia_driver_source", "nvidia"))
+    pin = DriverPin.from_vars(
+        role_vars.get("nvidia_driver_branch", ""),
+        role_vars.get("nvidia_driver_version", ""),
+        role_vars.get("nvidia_driver_open", True),
+    )
+    os_id = str(facts.get("distribution", ""))
+    os_l = os_id.lower()
+    version_fact = "distribution_version" if os_l == "ubuntu" else "distribution_major_version"
+    os_version = str(facts.get(version_fact, ""))
+    keyring = str(role_vars.get("nvidia_driver_repo_keyring", ""))
+    key_configured = bool(
+        role_vars.get("nvidia_driver_repo_key_file") or role_vars.get("nvidia_driver_repo_key_url")
+    )
+    if source == "nvidia":
+        base = str(role_vars.get("nvidia_driver_repo_base_url", ""))
+        url = cuda_repo_url(base, os_id, os_version, str(facts.get("architecture")))
+        stanzas = [{"uris": url, "suites": ["/"], "components": [], "signed_by": keyring}]
+        distro = url.rstrip("/").split("/")[-2]
+        key_needed = True
+        # cuda-keyring's own list names the same URL with another Signed-By: apt would refuse both
+        stale = [f"/etc/apt/sources.list.d/cuda-{distro}-{url.rstrip('/').split('/')[-1]}.list"]
+    else:
+        raw = distribution_sources(
+            pin,
+            os_id,
+            os_version,
+            str(facts.get("distribution_release", "")),
+            url=str(role_vars.get("nvidia_driver_distribution_url") or ""),
+            security_url=str(role_vars.get("nvidia_driver_distribution_security_url") or ""),
+            suites=list(role_vars.get("nvidia_driver_distribution_suites") or []),
+            components=list(role_vars.get("nvidia_driver_distribution_components") or []),
+        )
+        signed_by = (
+            keyring
+            if key_configured
+            else str(role_vars.get("nvidia_driver_distribution_keyring") or DISTRIBUTION_KEYRINGS[os_l])
+        )
+        stanzas = [{**stanza, "signed_by": signed_by} for stanza in raw]
+        distro = os_l
+        key_needed = key_configured
+        stale = []
+    packages = list(role_vars.get("nvidia_driver_packages") or []) or driver_packages(pin, distro, source)
+    return {
+        "source": source,
+        "file": SOURCE_FILES[source],
+        "stale_files": [f for s, f in SOURCE_FILES.items() if s != source] + stale,
+        "stanzas": stanzas,
+        "key_needed": key_needed,
+        "packages": packages,
+    }
