@@ -5,7 +5,8 @@ Thin by design: every poll runs two stock modules on the host (`ansible.builtin.
 dies while
 loading is caught at the next poll (NRestarts, a new InvocationID, failed or auto-restart), and the journal of
 the start that was waited on is read and parsed with `vllm_fleet.verify.logcheck`, so the message carries the
-fatal line.
+fatal line. While it waits it prints a progress line every `progress_interval` seconds (waited of the
+timeout, unit state, /health, vLLM's last log line: vllm_fleet.verify.progress).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.verify.progress import WAIT_PROGRESS_INTERVAL_S, last_log_line, wait_progress_line
 from vllm_fleet.verify.report import (
     JOURNAL_ARGV,
     SYSTEMCTL_PROPERTIES,
@@ -37,7 +40,10 @@ ARGUMENT_SPEC = {
     "interval": {"type": "float", "default": 2.0},
     "request_timeout": {"type": "int", "default": 5},
     "journal_lines": {"type": "int", "default": 2000},
+    "progress_interval": {"type": "int", "default": WAIT_PROGRESS_INTERVAL_S},
 }
+# Shown live: a worker's display calls go through Ansible's result queue to the terminal as they happen.
+display = Display()
 
 
 class ActionModule(ActionBase):
@@ -76,6 +82,13 @@ class ActionModule(ActionBase):
         first = (res.get("stdout") or "").split()
         return int(first[0]) if res.get("rc") == 0 and first and first[0].isdigit() else None
 
+    def _last_line(self, unit: str, invocation_id: str, task_vars: dict) -> str:
+        """The last line vLLM logged in the start being waited on (read-only, one journalctl)."""
+        match = [f"_SYSTEMD_INVOCATION_ID={invocation_id}"] if invocation_id else ["-u", unit]
+        argv = ["journalctl", "--no-pager", "-o", "cat", "-n", "5", *match]
+        res = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
+        return last_log_line(res.get("stdout", "")) if res.get("rc") == 0 else "(journal not readable)"
+
     def _journal(self, unit: str, invocation_id: str, lines: int, task_vars: dict) -> tuple[str, str]:
         """The journal of one start of the unit; the unit's recent lines when that start logged nothing."""
         if invocation_id:
@@ -112,6 +125,8 @@ class ActionModule(ActionBase):
         deadline = start + timeout
         baseline: UnitState | None = None
         polls = 0
+        next_progress = start + args["progress_interval"]
+        host = task_vars.get("inventory_hostname", "")
         try:
             while True:
                 polls += 1
@@ -121,6 +136,13 @@ class ActionModule(ActionBase):
                 baseline = baseline or state
                 if verdict.final:
                     break
+                if args["progress_interval"] > 0 and time.monotonic() >= next_progress:
+                    next_progress = time.monotonic() + args["progress_interval"]
+                    last = self._last_line(unit, baseline.invocation_id, task_vars)
+                    sub = f"unit {state.active_state}/{state.sub_state}"
+                    display.display(
+                        wait_progress_line(host, unit, time.monotonic() - start, timeout, sub, health, last)
+                    )
                 if time.monotonic() >= deadline:
                     verdict = Readiness("timeout", f"not ready within {timeout} s ({verdict.reason})")
                     break

@@ -26,12 +26,15 @@ def nvidia_driver_assess(
     open_kernel_modules: Any = True,
     expected_gpu_count: Any = None,
     force: bool = False,
+    signed_modules: bool = False,
 ) -> dict[str, Any]:
-    """The probe script's stdout → the assessment dict (status, reboot_required, reasons, ...)."""
+    """The probe script's stdout → the assessment dict (status, reboot_required, reasons, refusal, ...)."""
     try:
         count = None if expected_gpu_count in (None, "", 0) else int(expected_gpu_count)
         pin = _pin(branch, version, open_kernel_modules)
-        return driver.assess_driver(probe, pin, expected_gpu_count=count, force=bool(force)).to_dict()
+        return driver.assess_driver(
+            probe, pin, expected_gpu_count=count, force=bool(force), signed_modules=bool(signed_modules)
+        ).to_dict()
     except (FleetInputError, ValueError) as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
@@ -50,7 +53,12 @@ def nvidia_driver_verify(
 
 
 def nvidia_driver_reboot(
-    policy: str, reboot_required: bool, changed: bool, connection: str | None, inventory_hostname: str
+    policy: str,
+    reboot_required: bool,
+    changed: bool,
+    connection: str | None,
+    inventory_hostname: str,
+    container: str | None = None,
 ) -> dict[str, Any]:
     try:
         return driver.decide_reboot(
@@ -59,6 +67,7 @@ def nvidia_driver_reboot(
             changed=bool(changed),
             connection=connection,
             inventory_hostname=inventory_hostname,
+            container=container or None,
         ).to_dict()
     except FleetInputError as exc:
         raise AnsibleFilterError(str(exc)) from exc
@@ -83,13 +92,39 @@ def nvidia_driver_pin(branch: Any, version: Any = "", open_kernel_modules: Any =
     }
 
 
-def nvidia_driver_packages(branch: Any, version: Any, open_kernel_modules: Any, repo_url: str) -> list[str]:
-    """Driver packages for the repository's distribution (read from the repository URL)."""
+def nvidia_driver_apt_sources(role_vars: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """{source, file, stale_files, stanzas, key_needed, packages} for the role's variables and the host."""
     try:
-        distro = repo_url.rstrip("/").split("/")[-2]
-        return driver.driver_packages(_pin(branch, version, open_kernel_modules), distro)
+        return driver.apt_sources(role_vars, facts)
     except FleetInputError as exc:
         raise AnsibleFilterError(str(exc)) from exc
+
+
+def nvidia_driver_cuda_gate(
+    vllm_version: str,
+    driver_version: str | None,
+    gpu_names: list[str],
+    lock_text: str = "",
+    forward_compat: bool = False,
+    driver_source: str = "detected",
+) -> dict[str, Any]:
+    """The CUDA build of the vLLM to install against the host's driver: {ok, message, ...}."""
+    try:
+        return driver.cuda_gate(
+            str(vllm_version),
+            driver_version or None,
+            list(gpu_names or []),
+            lock_text=lock_text or "",
+            forward_compat=bool(forward_compat),
+            driver_source=driver_source,
+        ).to_dict()
+    except FleetInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def nvidia_driver_smi_table(text: str) -> dict[str, Any]:
+    """Plain `nvidia-smi` output → {driver_version, cuda_version, gpus: [names]}."""
+    return driver.parse_smi_table(text)
 
 
 def nvidia_driver_repo_url(base: str, os_id: str, os_version: str, arch: str) -> str:
@@ -140,7 +175,9 @@ class FilterModule:
             "nvidia_driver_reboot": nvidia_driver_reboot,
             "nvidia_driver_is_local": nvidia_driver_is_local,
             "nvidia_driver_pin": nvidia_driver_pin,
-            "nvidia_driver_packages": nvidia_driver_packages,
+            "nvidia_driver_apt_sources": nvidia_driver_apt_sources,
+            "nvidia_driver_cuda_gate": nvidia_driver_cuda_gate,
+            "nvidia_driver_smi_table": nvidia_driver_smi_table,
             "nvidia_driver_repo_url": nvidia_driver_repo_url,
             "nvidia_driver_key_check": nvidia_driver_key_check,
             "nvidia_driver_dpkg": nvidia_driver_dpkg,

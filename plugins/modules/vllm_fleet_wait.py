@@ -49,6 +49,12 @@ options:
     description: Lines of the unit's journal to read when the failed start logged under no invocation id.
     type: int
     default: 2000
+  progress_interval:
+    description:
+      - Seconds between the progress lines printed while waiting (seconds waited of the timeout, unit state,
+        /health, the last line vLLM logged); 0 prints none.
+    type: int
+    default: 30
 author:
   - vllm-fleet
 """

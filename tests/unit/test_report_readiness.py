@@ -81,6 +81,19 @@ def test_recorded_systemctl_show_of_a_crashed_unit() -> None:
     assert classify_readiness(unit, None, None).state == "crashed"
 
 
+def test_recorded_unit_deactivating_after_its_process_died_is_a_crash() -> None:
+    """Recorded in a lab host (test_verify_lab, a max_model_len the KV cache cannot hold): vLLM's API
+    process exited 1 and systemd was still stopping its engine processes (stop-sigterm) at the poll; the wait
+    called it 'stopped' before, which failed the test whenever the poll fell in that window."""
+    unit = parse_systemctl_show(_show("deactivating-after-crash.txt"), "vllm-fleet-i0.service")
+    assert (unit.active_state, unit.result, unit.exec_main_status) == ("deactivating", "exit-code", 1)
+    verdict = classify_readiness(unit, unit, None)
+    assert verdict.state == "crashed" and "exit status 1" in verdict.reason
+    # a unit someone stops (Result=success) is still not waited on
+    stopping = UnitState(active_state="deactivating", sub_state="stop-sigterm", result="success")
+    assert classify_readiness(stopping, None, None).state == "stopped"
+
+
 def test_unknown_unit_names_the_unit_and_the_fix() -> None:
     with pytest.raises(FleetInputError, match=r"vllm-fleet-i9.service.*LoadState=not-found.*deploy"):
         parse_systemctl_show(_show("not-found.txt"), "vllm-fleet-i9.service")

@@ -1,4 +1,7 @@
-"""`vllm-fleet lab up|down|list|status`: real test hosts (systemd-nspawn containers) on this machine."""
+"""`vllm-fleet lab up|down|list|status|clean`: real test hosts (systemd-nspawn containers) on this machine.
+
+Progress goes to stderr: a bar redrawn in place on a terminal, plain lines (at most one per 10 s a step,
+plus each change of phase) otherwise; stdout keeps the result (`--json`: one JSON object)."""
 
 from __future__ import annotations
 
@@ -14,10 +17,13 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab import spec as lab
 from vllm_fleet.lab.build import LabBuildError
+from vllm_fleet.lab.progress import Reporter
+
+_reporter = Reporter(sys.stderr)
 
 
 def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    _reporter.message(message)
 
 
 def _need_root() -> None:
@@ -38,8 +44,11 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
     except (lab_run.LabError, LabBuildError) as exc:
+        _reporter.close()
         print(f"vllm-fleet lab {args.lab_command}: failed: {exc}", file=sys.stderr)
         return 1
+    finally:
+        _reporter.close()
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -53,6 +62,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             with_vllm=not args.without_vllm,
             root=root,
             log=_log,
+            progress=_reporter.progress,
         )
         timings = ", ".join(f"{k} {v:.1f} s" for k, v in result["timings_s"].items())
         hosts = "\n".join(f"  {h['name']}  {h['address']}" for h in result["hosts"])
@@ -67,6 +77,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         results = [lab_run.down(n, root=root, log=_log) for n in names]
         result: dict[str, Any] = {"labs": results}
         emit(result, args.json, "\n".join(f"lab {r['name']}: down" for r in results) or "no labs")
+        return 0
+    if args.lab_command == "clean":
+        result = lab_run.clean(root=root, log=_log)
+        human = (
+            f"{len(result['labs'])} labs down; removed {len(result['removed'])} caches and locks, "
+            f"{result['bytes_freed'] / 1e6:.0f} MB freed; "
+            + (f"{root} removed" if result["root_removed"] else f"{root} kept (it holds other files)")
+        )
+        emit(result, args.json, human)
         return 0
     if args.lab_command == "list":
         labs = [lab_run.status(n, root=root) for n in lab_run.known_labs(root)]
@@ -103,9 +122,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target = down.add_mutually_exclusive_group(required=True)
     target.add_argument("--name", help="lab name")
     target.add_argument("--all", action="store_true", help="every lab on this machine")
+    sub.add_parser(
+        "clean",
+        help="remove every lab, the cached root filesystem, wheelhouse and model (~950 MB), all locks",
+    )
     sub.add_parser("list", help="the labs on this machine")
     status = sub.add_parser("status", help="hosts, processes and systemd state of a lab")
     status.add_argument("--name", help="lab name (default: every lab)")
-    for p in (up, down, sub.choices["list"], status):
+    for p in (up, down, sub.choices["list"], sub.choices["clean"], status):
         p.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

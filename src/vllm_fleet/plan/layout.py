@@ -20,7 +20,7 @@ from typing import Any
 
 from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.model import text_config
+from vllm_fleet.plan.model import check_heads, text_config
 from vllm_fleet.probe.hoststate import HostState
 from vllm_fleet.probe.topology import (
     LINK_MEANINGS,
@@ -153,48 +153,6 @@ def _positive_int(value: Any, name: str) -> int:
 def _numa_bind_by_vllm(vllm_version: str | None) -> bool:
     """Whether the release binds each worker itself (--numa-bind, 0.20+); None: the newest catalogued."""
     return flags.release(vllm_version or flags.newest_release()).has("--numa-bind")
-
-
-def check_heads(
-    tensor_parallel_size: int, num_attention_heads: int | None, num_key_value_heads: int | None
-) -> list[str]:
-    """vLLM's own divisibility rules for tensor parallelism; returns the explanation, raises when "
-    "impossible."""
-    tp = tensor_parallel_size
-    reasons: list[str] = []
-    if num_attention_heads is not None:
-        heads = _positive_int(num_attention_heads, "num_attention_heads")
-        if heads % tp:
-            options = [d for d in range(1, heads + 1) if heads % d == 0]
-            raise FleetInputError(
-                f"tensor_parallel_size: {tp} does not divide the model's num_attention_heads ({heads}); vLLM "
-                f"refuses to start. Choose a tensor_parallel_size among {options}"
-            )
-        reasons.append(f"TP{tp} divides the model's {heads} attention heads: {heads // tp} per GPU.")
-    if num_key_value_heads is not None:
-        kv = _positive_int(num_key_value_heads, "num_key_value_heads")
-        if kv >= tp and kv % tp:
-            raise FleetInputError(
-                f"tensor_parallel_size: {tp} does not divide the model's num_key_value_heads ({kv}); vLLM "
-                f"cannot "
-                f"split the KV heads evenly. Choose a tensor_parallel_size that divides {kv}"
-            )
-        if kv < tp and tp % kv:
-            raise FleetInputError(
-                f"tensor_parallel_size: {tp} is above the model's num_key_value_heads ({kv}) and not a "
-                f"multiple "
-                f"of it; vLLM can only replicate KV heads a whole number of times. Choose a multiple of {kv}"
-            )
-        if kv >= tp:
-            reasons.append(f"Each GPU holds {kv // tp} of the model's {kv} KV heads.")
-        else:
-            reasons.append(
-                f"The model has only {kv} KV heads for TP{tp}: vLLM replicates each KV head on {tp // kv} "
-                f"GPUs, "
-                f"so every GPU stores one KV head and the instance's KV cache per token is {tp // kv}x what "
-                "the model alone would need."
-            )
-    return reasons
 
 
 def model_heads(config: Mapping[str, Any]) -> tuple[int | None, int | None]:

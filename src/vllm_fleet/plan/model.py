@@ -236,3 +236,51 @@ class ModelInfo:
             raw=cfg,
             notes=tuple(notes),
         )
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FleetInputError(f"{name}: {value!r} is not a positive whole number; give e.g. 1, 2, 4 or 8")
+    return value
+
+
+def check_heads(
+    tensor_parallel_size: int, num_attention_heads: int | None, num_key_value_heads: int | None
+) -> list[str]:
+    """vLLM's own divisibility rules for tensor parallelism; returns the explanation, raises when "
+    "impossible."""
+    tp = tensor_parallel_size
+    reasons: list[str] = []
+    if num_attention_heads is not None:
+        heads = _positive(num_attention_heads, "num_attention_heads")
+        if heads % tp:
+            options = [d for d in range(1, heads + 1) if heads % d == 0]
+            raise FleetInputError(
+                f"tensor_parallel_size: {tp} does not divide the model's num_attention_heads ({heads}); vLLM "
+                f"refuses to start. Choose a tensor_parallel_size among {options}"
+            )
+        reasons.append(f"TP{tp} divides the model's {heads} attention heads: {heads // tp} per GPU.")
+    if num_key_value_heads is not None:
+        kv = _positive(num_key_value_heads, "num_key_value_heads")
+        if kv >= tp and kv % tp:
+            raise FleetInputError(
+                f"tensor_parallel_size: {tp} does not divide the model's num_key_value_heads ({kv}); vLLM "
+                f"cannot "
+                f"split the KV heads evenly. Choose a tensor_parallel_size that divides {kv}"
+            )
+        if kv < tp and tp % kv:
+            raise FleetInputError(
+                f"tensor_parallel_size: {tp} is above the model's num_key_value_heads ({kv}) and not a "
+                f"multiple "
+                f"of it; vLLM can only replicate KV heads a whole number of times. Choose a multiple of {kv}"
+            )
+        if kv >= tp:
+            reasons.append(f"Each GPU holds {kv // tp} of the model's {kv} KV heads.")
+        else:
+            reasons.append(
+                f"The model has only {kv} KV heads for TP{tp}: vLLM replicates each KV head on {tp // kv} "
+                f"GPUs, "
+                f"so every GPU stores one KV head and the instance's KV cache per token is {tp // kv}x what "
+                "the model alone would need."
+            )
+    return reasons

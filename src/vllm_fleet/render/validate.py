@@ -404,8 +404,9 @@ def validate_instance(
         )
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is None:
         warnings.append(
-            f"capacity: instance {name} runs on vLLM's CPU backend, which sizes its KV cache from "
-            "VLLM_CPU_KVCACHE_SPACE (GiB); not planned here"
+            f"capacity (info): instance {name} runs on vLLM's CPU backend, so no GPU KV plan applies: its KV "
+            "cache is VLLM_CPU_KVCACHE_SPACE GiB of host memory (the lab sets 1 in vllm_service_extra_env) "
+            "and verify reads the size vLLM logs at startup ('CPU KV cache size: N tokens')"
         )
     else:
         _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations)

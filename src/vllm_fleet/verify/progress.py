@@ -1,0 +1,35 @@
+"""The progress line of the readiness wait (plugins/action/vllm_fleet_wait.py): while a model loads, the play
+prints, every `interval` seconds, how long it has waited of the start timeout, the unit's state, what /health
+answered and the last line vLLM logged, so a long model load never looks like a hung play."""
+
+from __future__ import annotations
+
+WAIT_PROGRESS_INTERVAL_S = 30
+LAST_LINE_CHARS = 200
+
+
+def last_log_line(journal_cat: str) -> str:
+    """The last non-empty line of `journalctl -o cat` output, cut to LAST_LINE_CHARS."""
+    lines = [line.strip() for line in journal_cat.splitlines() if line.strip()]
+    if not lines:
+        return "(nothing logged yet)"
+    line = lines[-1]
+    return line if len(line) <= LAST_LINE_CHARS else line[: LAST_LINE_CHARS - 3] + "..."
+
+
+def wait_progress_line(
+    host: str,
+    unit: str,
+    waited_s: float,
+    timeout_s: int,
+    unit_state: str,
+    health: int | None,
+    last_line: str,
+) -> str:
+    """`default-1 vllm-fleet-i0.service: waiting for /health, 62 s of 900 s (unit activating/start, /health
+    no answer yet); vLLM's last line: ...`"""
+    answer = f"/health {health}" if health else "/health no answer yet"
+    return (
+        f"{host} {unit}: waiting for the model to load, {waited_s:.0f} s of {timeout_s} s "
+        f"({unit_state}, {answer}); vLLM's last line: {last_line}"
+    )

