@@ -64,6 +64,10 @@ SEED_VARS: dict[str, Any] = {
 }
 
 
+# Instances without an API key whose tests are not about exposure say so (no host set binds every interface).
+OPEN = {"vllm_service_allow_unauthenticated": True}
+
+
 def layouts() -> dict[str, tuple[Any, Any]]:
     cpu = build_topology_from_texts({"lscpu": (RECORDED / "h200x2" / "lscpu.txt").read_text()})
     return {
@@ -106,7 +110,9 @@ def test_every_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, name:
     topology, tp = layouts()[name]
     layout = plan_layout(topology, tp, vllm_version=version).to_dict()
     spec = ServeSpec.from_vars(
-        SEED_VARS if topology.gpus else {"vllm_service_model": "/srv/m", "vllm_service_dtype": "bfloat16"}
+        SEED_VARS
+        if topology.gpus
+        else {**OPEN, "vllm_service_model": "/srv/m", "vllm_service_dtype": "bfloat16"}
     )
     root = scratch_root(tmp_path)
     for inst in layout["instances"]:
@@ -133,7 +139,7 @@ def test_the_check_can_fail(tmp_path: Path) -> None:
     topology, _ = layouts()["cpu-only"]
     inst = plan_layout(topology).to_dict()["instances"][0]
     rendered = render_instance(
-        ServeSpec.from_vars({"vllm_service_model": "/srv/m"}), inst, "0.32.0"
+        ServeSpec.from_vars({**OPEN, "vllm_service_model": "/srv/m"}), inst, "0.32.0"
     ).to_dict()
     files = instance_files(rendered, inst, options=ServiceOptions())
     files.unit_text = files.unit_text.replace("LimitMEMLOCK=infinity", "LimitMEMLOK=infinity")
@@ -172,7 +178,8 @@ def test_a_missing_secret_is_refused_before_anything_is_written() -> None:
 def test_render_errors_stop_the_instance() -> None:
     topology, _ = layouts()["h200x2-tp2"]
     inst = plan_layout(topology).to_dict()["instances"][0]
-    rendered = render_instance(ServeSpec.from_vars({"vllm_service_model": "/m"}), inst, "0.32.0").to_dict()
+    spec = ServeSpec.from_vars({**OPEN, "vllm_service_model": "/m"})
+    rendered = render_instance(spec, inst, "0.32.0").to_dict()
     rendered["errors"] = ["--kv-cache-memory is not a flag"]
     with pytest.raises(Exception, match="cannot be rendered: --kv-cache-memory is not a flag"):
         instance_files(rendered, inst, options=ServiceOptions())
