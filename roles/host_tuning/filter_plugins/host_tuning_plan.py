@@ -6,10 +6,10 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.tuning import (
     TuningOptions,
-    boot_commands,
     kv_tier_needs,
     limits_conf,
     parse_host_state,
@@ -18,7 +18,8 @@ from vllm_fleet.plan.tuning import (
     report_text,
     runtime_changes,
     sysctl_conf,
-    unit_exec_starts,
+    sysfs_write_argv,
+    tuning_unit_text,
 )
 from vllm_fleet.sizes import parse_size
 
@@ -27,6 +28,24 @@ def _kv_bytes(value: Any) -> int | dict[str, int]:
     if isinstance(value, dict):
         return {str(k): parse_size(v, f"host_tuning_cpu_kv_bytes[{k}]") for k, v in value.items()}
     return parse_size(value if value not in (None, "") else 0, "host_tuning_cpu_kv_bytes")
+
+
+def _fraction(value: Any, variable: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise FleetInputError(f"{variable}: {value!r} is not a number; give e.g. 0.1") from None
+
+
+def _word(value: Any, variable: str) -> str:
+    """A plain setting ('' leaves it): never a list, a mapping or a line break."""
+    if value in (None, ""):
+        return ""
+    if isinstance(value, (dict, list, bool)):
+        raise FleetInputError(f"{variable}: {value!r} is not a plain string; give one word or ''")
+    return hostvalues.no_control(value, variable, fix="give one word or ''")
 
 
 def host_tuning_plan(
@@ -45,6 +64,7 @@ def host_tuning_plan(
     numa_balancing: str = "auto",
     user: str = "vllm",
     applied: bool = True,
+    grub_dropin: str = "/etc/default/grub.d/90-vllm-fleet.cfg",
 ) -> dict[str, Any]:
     """Everything the role writes and reports, from the host's state text and the layout."""
     try:
@@ -54,17 +74,20 @@ def host_tuning_plan(
                 "(playbooks/probe.yml, or playbooks/tune.yml which includes it) so gpu_topology.layout exists"
             )
         state = parse_host_state(state_text)
+        hostvalues.absolute_path(
+            grub_dropin, "host_tuning_grub_dropin", example="/etc/default/grub.d/90-x.cfg"
+        )
         options = TuningOptions(
             page_size_kb=parse_page_size(page_size),
-            margin_fraction=float(margin),
-            max_node_fraction=float(max_node_fraction),
-            thp_enabled=thp_enabled or None,
-            thp_defrag=thp_defrag or None,
-            governor=governor or None,
-            numa_balancing=str(numa_balancing),
-            service_user=user,
+            margin_fraction=_fraction(margin, "host_tuning_hugepages_margin"),
+            max_node_fraction=_fraction(max_node_fraction, "host_tuning_hugepages_max_node_fraction"),
+            thp_enabled=_word(thp_enabled, "host_tuning_thp_enabled") or None,
+            thp_defrag=_word(thp_defrag, "host_tuning_thp_defrag") or None,
+            governor=_word(governor, "host_tuning_cpu_governor") or None,
+            numa_balancing=_word(numa_balancing, "host_tuning_numa_balancing"),
+            service_user=hostvalues.user_name(user, "host_tuning_memlock_user"),
             reserve_hugepages=bool(hugepages),
-            shm_huge=shm_huge or None,
+            shm_huge=_word(shm_huge, "host_tuning_shm_huge") or None,
         )
         needs = kv_tier_needs(layout, _kv_bytes(cpu_kv_bytes))
         plan = plan_tuning(state, needs, options)
@@ -76,8 +99,8 @@ def host_tuning_plan(
         "changes": changes,
         "sysctl_conf": sysctl_conf(plan),
         "limits_conf": limits_conf(plan),
-        "exec_starts": unit_exec_starts(plan),
-        "boot_commands": boot_commands(plan),
+        "unit_text": tuning_unit_text(plan),
+        "sysfs_argv": sysfs_write_argv(plan),
         "kernel_cmdline": plan.kernel_cmdline,
         "shm": plan.to_dict()["shm"],
         "reboot_required": plan.reboot_required,

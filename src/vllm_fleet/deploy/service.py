@@ -208,7 +208,7 @@ def unit_text(
     home = f"{options.cache_dir}/{name}"
     binding = layout_instance.get("numa_binding") or {}
     gpus = layout_instance.get("cuda_visible_devices") or "none (CPU)"
-    on_gpus = bool(layout_instance.get("gpus")) and layout_instance.get("device") != "cpu"
+    on_gpus = (layout_instance.get("device") or ("gpu" if layout_instance.get("gpus") else "cpu")) != "cpu"
     writable = list(dict.fromkeys([options.cache_dir, *options.read_write_paths]))
     cache_env = [f"{k}={home}/{sub}".rstrip("/") for k, sub in CACHE_ENV.items()]
 
