@@ -36,15 +36,18 @@ CACHE_ENV = {
     "TRITON_CACHE_DIR": ".cache/triton",
     "TORCHINDUCTOR_CACHE_DIR": ".cache/torchinductor",
 }
-# The device nodes a CUDA process opens, by their /proc/devices group (DevicePolicy=closed allows only
-# /dev/null, zero, full, random, urandom, tty, ptmx otherwise): nvidia-frontend is /dev/nvidiaN and
-# /dev/nvidiactl, nvidia-uvm is /dev/nvidia-uvm(-tools) (cudaMalloc's unified memory), nvidia-caps the MIG
-# capability nodes (/dev/nvidia-caps/*). A group the host does not have is skipped by systemd with a notice.
-GPU_DEVICE_ALLOW = ("char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps r")
+# The device nodes a CUDA process opens, by their /proc/devices names (DevicePolicy=closed allows only
+# /dev/null, zero, full, random, urandom, tty, ptmx otherwise). Read on a real H200 host, driver 580
+# (tests/fixtures/hardening/seccomp-cuda-h200.txt): major 195 is "nvidia" (/dev/nvidiaN, /dev/nvidiactl,
+# also listed as "nvidiactl"), 238 "nvidia-uvm" (/dev/nvidia-uvm, -tools: cudaMalloc's unified memory), 241
+# "nvidia-caps" (/dev/nvidia-caps/*, read for MIG). A name the host lacks is skipped by systemd with a notice.
+GPU_DEVICE_ALLOW = ("char-nvidia rw", "char-nvidiactl rw", "char-nvidia-uvm rw", "char-nvidia-caps r")
 # Syscalls: systemd's @system-service set (it holds @resources: numactl's set_mempolicy/mbind, vLLM's
-# sched_setaffinity for its CPU threads) minus the groups no inference server needs. Found with real runs:
-# tests/integration/test_hardening_lab.py runs the real vLLM and numactl under this filter (roles/vllm_service
-# README.md, "Hardening", says what else was measured).
+# sched_setaffinity for its CPU threads; CUDA's mbind for pinned memory) minus the groups no inference server
+# needs. Found with real runs, not guessed: tests/integration/test_hardening_lab.py runs the real vLLM (CPU
+# build) and numactl under this filter in a lab host; scripts/seccomp_probe ran CUDA (cuBLAS, pinned memory,
+# graphs, NCCL, Triton, a spawned worker) on an H200 under the same allow list with nothing denied
+# (tests/fixtures/hardening/seccomp-cuda-h200.txt).
 SYSCALL_FILTER = ("@system-service", "~@privileged @obsolete @cpu-emulation @debug @mount @reboot @swap")
 # AF_NETLINK: getifaddrs(3), which NCCL, Gloo and psutil use to list interfaces, asks the kernel over netlink.
 ADDRESS_FAMILIES = ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK")
