@@ -317,6 +317,13 @@ CASES: list[tuple[str, Callable[[], Any], str, str, str]] = [
         "set vllm_service_tensor_parallel_size instead",
     ),
     (
+        "short-alias-attached-value",
+        serve(extra_args=["-O3"]),
+        "vllm_service_extra_args",
+        "-O3",
+        "set vllm_service_compilation_config instead",
+    ),
+    (
         "underscore-spelling",
         serve(extra_args=["--max_model_len", "4096"]),
         "vllm_service_extra_args",

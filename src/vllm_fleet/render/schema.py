@@ -280,7 +280,11 @@ def owned_option(word: str) -> tuple[str, str] | None:
     owners = _option_owners()
     if name in owners:
         return owners[name]
-    if not name.startswith("--") or any(
+    if not name.startswith("--"):
+        # a short alias with its value attached: -O3 is -O 3, -tp2 is -tp 2
+        attached = {owners[o] for o in owners if not o.startswith("--") and name.startswith(o)}
+        return next(iter(attached)) if len(attached) == 1 else None
+    if any(
         flagcat.release(v, exact=True).has(name) for v in flagcat.catalogued_versions()
     ):
         return None
