@@ -57,8 +57,12 @@ def no_control(value: Any, variable: str, *, secret: bool = False, fix: str = ""
     return text
 
 
-def absolute_path(value: Any, variable: str, *, example: str = "/var/cache/vllm-fleet") -> str:
-    """An absolute path without control characters, `..` or `.` components, or doubled slashes."""
+def absolute_path(
+    value: Any, variable: str, *, example: str = "/var/cache/vllm-fleet", spaces: bool = True
+) -> str:
+    """An absolute path without control characters, `..` or `.` components, or doubled slashes; without
+    whitespace at all where `spaces` is false (the unit's own directories: Documentation= and
+    EnvironmentFile= take them unquoted)."""
     if not isinstance(value, str) or not value:
         raise FleetInputError(f"{variable}: {value!r} is not a path; give an absolute path, e.g. {example}")
     text = no_control(value, variable, fix=f"give an absolute path, e.g. {example}")
@@ -67,6 +71,11 @@ def absolute_path(value: Any, variable: str, *, example: str = "/var/cache/vllm-
         raise FleetInputError(
             f"{variable}: {value!r} is not a plain absolute path (it must start with '/' and hold no '.', "
             f"'..' or '//' components, which could lead outside the directory meant); give e.g. {example}"
+        )
+    if not spaces and re.search(r"\s", text):
+        raise FleetInputError(
+            f"{variable}: {value!r} holds whitespace, which the unit's settings would split; give a path "
+            f"without spaces, e.g. {example}"
         )
     if text != text.strip():
         raise FleetInputError(

@@ -102,6 +102,13 @@ CASES: list[tuple[str, Callable[[], Any], str, str, str]] = [
         "give an absolute path",
     ),
     (
+        "config-dir-with-space",
+        serve(config_dir="/etc/vllm fleet"),
+        "vllm_service_config_dir",
+        "'/etc/vllm fleet'",
+        "give a path without spaces",
+    ),
+    (
         "config-dir-relative",
         serve(config_dir="etc/vllm-fleet"),
         "vllm_service_config_dir",

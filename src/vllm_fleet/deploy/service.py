@@ -99,7 +99,7 @@ class ServiceOptions:
         for name in ("user", "group"):
             hostvalues.user_name(getattr(self, name), v + name)
         for name in ("config_dir", "unit_dir", "cache_dir", "state_dir", "python"):
-            hostvalues.absolute_path(getattr(self, name), v + name)
+            hostvalues.absolute_path(getattr(self, name), v + name, spaces=False)
         for i, path in enumerate(self.read_write_paths):
             hostvalues.absolute_path(path, f"{v}read_write_paths[{i}]", example="/data/models")
         hostvalues.matching(

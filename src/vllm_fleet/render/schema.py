@@ -324,7 +324,10 @@ def check_service_vars(raw: dict[str, Any]) -> None:
     """The vllm_service_* variables of the unit itself: paths, names, the unit prefix, writable paths."""
     reader = _Reader(raw)
     for name in SERVICE_PATHS:
-        reader.path(name)
+        value = reader._get(name)
+        if value is not None:
+            example = _PATH_EXAMPLES.get(name, "/opt/x")
+            hostvalues.absolute_path(value, PREFIX + name, example=example, spaces=False)
     for name in SERVICE_NAMES:
         value = reader._get(name)
         if value is not None:
