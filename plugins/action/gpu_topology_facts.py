@@ -17,9 +17,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.layout import plan_layout
-from vllm_fleet.plan.tuning import parse_host_state
-from vllm_fleet.probe.outputs import CommandResult, probe_report, select_outputs
+from vllm_fleet.plan.layout import plan_layout, probe_report
+from vllm_fleet.probe.hoststate import parse_host_state
+from vllm_fleet.probe.outputs import CommandResult, select_outputs
 from vllm_fleet.probe.topology import RECORDED_COMMANDS, build_topology_from_texts, read_recorded_dir
 
 ARGUMENT_SPEC = {
@@ -29,6 +29,8 @@ ARGUMENT_SPEC = {
     "vllm_version": {"type": "str"},
     "base_port": {"type": "int", "default": 8000},
     "host_state_cmd": {"type": "str"},
+    # false: facts only (preflight's plan lays the instances out, once); true: probe.yml's own report
+    "plan_layout": {"type": "bool", "default": True},
 }
 
 
@@ -64,7 +66,6 @@ class ActionModule(ActionBase):
         try:
             if args.get("recorded_dir"):
                 texts = read_recorded_dir(args["recorded_dir"])
-                cpu_only = "topo_m" not in texts and "query_gpu" not in texts
                 notes = [f"planned from recorded outputs in {args['recorded_dir']}, not from this host"]
                 source = f"recorded: {args['recorded_dir']}"
             else:
@@ -73,7 +74,7 @@ class ActionModule(ActionBase):
                     rc, out, err = self._run_command(cmd, task_vars)
                     results.append(CommandResult(name=name, rc=rc, stdout=out, stderr=err))
                 inputs = select_outputs(results)
-                texts, cpu_only, notes = inputs.texts, inputs.cpu_only, inputs.notes
+                texts, notes = inputs.texts, inputs.notes
                 source = "probed live"
                 if args.get("host_state_cmd"):
                     rc, out, _ = self._run_command(args["host_state_cmd"], task_vars)
@@ -81,24 +82,33 @@ class ActionModule(ActionBase):
                         host_state = parse_host_state(out)
             topology = build_topology_from_texts(texts)
             config = args.get("model_config") or {}
-            layout = plan_layout(
-                topology,
-                args.get("tensor_parallel_size"),
-                model_config=config,
-                vllm_version=args.get("vllm_version") or None,
-                base_port=args["base_port"],
-            )
+            layout = None
+            if args["plan_layout"]:
+                layout = plan_layout(
+                    topology,
+                    args.get("tensor_parallel_size"),
+                    model_config=config,
+                    vllm_version=args.get("vllm_version") or None,
+                    base_port=args["base_port"],
+                )
         except FleetInputError as exc:
             raise AnsibleActionFail(f"gpu_topology on {host}: {exc}") from exc
         topo_dict = topology.to_dict()
-        layout_dict = layout.to_dict()
-        report = probe_report(
-            host, topology, layout, cpu_only=cpu_only, source=source, notes=notes, host_state=host_state
-        )
+        report = ""
+        if layout is not None:
+            report = probe_report(
+                host,
+                topology,
+                layout,
+                cpu_only=topology.cpu_only,
+                source=source,
+                notes=notes,
+                host_state=host_state,
+            )
         fact = {
             "topology": topo_dict,
-            "layout": layout_dict,
-            "cpu_only": cpu_only,
+            "layout": layout.to_dict() if layout is not None else None,
+            "cpu_only": topology.cpu_only,
             "report": report,
             "source": source,
             "notes": notes,

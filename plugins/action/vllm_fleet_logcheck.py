@@ -24,7 +24,6 @@ ARGUMENT_SPEC = {
     "metrics_after": {"type": "str", "default": ""},
     "readiness": {"type": "dict", "default": {}},
     "address": {"type": "str"},
-    "unit_prefix": {"type": "str", "default": "vllm-fleet-"},
     "host": {"type": "str"},
     "report_dir": {"type": "path"},
     "spec_acceptance_min": {"type": "float"},
@@ -59,7 +58,6 @@ class ActionModule(ActionBase):
                 metrics_after=args["metrics_after"] or None,
                 thresholds=thresholds,
                 readiness=args["readiness"],
-                unit_prefix=args["unit_prefix"],
                 address=args["address"],
             )
         except FleetInputError as exc:

@@ -31,7 +31,6 @@ from vllm_fleet.verify.report import (
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},
     "address": {"type": "str"},
-    "unit_prefix": {"type": "str", "default": "vllm-fleet-"},
     "timeout": {"type": "int", "default": 0},
     "timeout_base": {"type": "int", "default": 600},
     "timeout_per_gib": {"type": "int", "default": 20},
@@ -93,7 +92,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(ARGUMENT_SPEC)
         try:
-            target = api_target(args["plan"], unit_prefix=args["unit_prefix"], address=args["address"])
+            target = api_target(args["plan"], address=args["address"])
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_wait: {exc}") from exc
         unit, url = target.unit, f"{target.base_url}/health"

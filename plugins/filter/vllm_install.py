@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from vllm_fleet.deploy import vllm_install
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.model_config import parse_model_config
 
 
 def vllm_install_plan(
@@ -59,7 +60,7 @@ def vllm_install_model_plan(
 
 def vllm_install_model_config(content_b64: str, where: str) -> dict[str, Any]:
     try:
-        return vllm_install.parse_model_config(base64.b64decode(content_b64).decode(), where)
+        return parse_model_config(base64.b64decode(content_b64).decode(), where)
     except FleetInputError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -37,6 +37,12 @@ options:
   host_state_cmd:
     description: A read-only shell command printing hugepage and THP state (C(grep -H) format) for the report.
     type: str
+  plan_layout:
+    description:
+      - Plan the instance layout for the probe's own report (C(playbooks/probe.yml)). False gives the facts
+        only; preflight's plan (C(vllm_fleet_plan)) lays the instances out, once per run.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full

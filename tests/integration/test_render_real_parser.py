@@ -314,6 +314,8 @@ def test_preflight_playbook_renders_and_stops_a_bad_host(tmp_path):
         f"ansible_python_interpreter={sys.executable}",
         "-e",
         f"gpu_topology_recorded_dir={RECORDED_4090}",
+        "-e",
+        f"vllm_fleet_report_dir={tmp_path}",
     ]
     env = {
         **os.environ,
@@ -322,7 +324,9 @@ def test_preflight_playbook_renders_and_stops_a_bad_host(tmp_path):
     }
     good = subprocess.run(base, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert good.returncode == 0, good.stdout[-3000:]
-    assert "vllm_fleet_render (seed-4090) i1:" in good.stdout + good.stderr
+    assert "vllm_fleet_plan (seed-4090) i1:" in good.stdout + good.stderr
+    written = json.loads((tmp_path / "plan" / "seed-4090.json").read_text())
+    assert written["ok"] and [i["instance"] for i in written["instances"]] == ["i0", "i1"]
     bad = subprocess.run(
         [*base, "-e", '{"vllm_service_tool_call_parser": null}'],
         capture_output=True,
@@ -343,3 +347,14 @@ def test_preflight_playbook_renders_and_stops_a_bad_host(tmp_path):
     )
     assert typed.returncode != 0
     assert "vllm_service_max_num_seqs" in typed.stdout
+    # A role's own argument spec, checked here before any role runs (the glob that matched nothing is gone).
+    spec = subprocess.run(
+        [*base, "-e", "host_tuning_thp_enabled=sometimes"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+    )
+    assert spec.returncode != 0
+    assert "host_tuning: value of host_tuning_thp_enabled must be one of" in spec.stdout

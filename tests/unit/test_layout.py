@@ -65,8 +65,10 @@ def test_dual_socket_four_gpus_auto_tp_is_two(name: str) -> None:
     assert "tensor_parallel_size not given" in layout.reasons[0]
 
 
-def test_tp4_across_sockets_uses_vllm_numa_bind_from_020() -> None:
-    layout = plan_layout(topo_of(FOUR_GPU), 4, vllm_version="0.20.0")
+@pytest.mark.parametrize("version", ["0.20.0", None])
+def test_tp4_across_sockets_uses_vllm_numa_bind_from_020(version: str | None) -> None:
+    """None means the newest catalogued release, as everywhere else (capacity, render): one semantics."""
+    layout = plan_layout(topo_of(FOUR_GPU), 4, vllm_version=version)
     (instance,) = layout.instances
     assert instance.numa_binding == {"mode": "vllm", "nodes": [0, 0, 1, 1]} and instance.numa_node is None
     assert "--numa-bind-nodes 0 0 1 1" in " ".join(instance.reasons)
@@ -74,9 +76,8 @@ def test_tp4_across_sockets_uses_vllm_numa_bind_from_020() -> None:
     assert any("span groups" in r for r in layout.reasons)
 
 
-@pytest.mark.parametrize("version", ["0.19.1", None])
-def test_tp4_across_sockets_on_older_or_unknown_vllm_is_unbound_with_advice(version: str | None) -> None:
-    layout = plan_layout(topo_of(FOUR_GPU), 4, vllm_version=version)
+def test_tp4_across_sockets_on_older_vllm_is_unbound_with_advice() -> None:
+    layout = plan_layout(topo_of(FOUR_GPU), 4, vllm_version="0.19.1")
     (instance,) = layout.instances
     assert instance.numa_binding == {"mode": "none", "nodes": []}
     assert any("2 x TP2 instead of one TP4" in w for w in layout.warnings)
@@ -186,7 +187,7 @@ def test_bad_arguments_are_refused() -> None:
         plan_layout(topo, 0)
     with pytest.raises(FleetInputError, match="base_port: 70000"):
         plan_layout(topo, 2, base_port=70000)
-    with pytest.raises(FleetInputError, match="vllm_version: cannot read 'latest'"):
+    with pytest.raises(FleetInputError, match="vLLM version: cannot read 'latest'"):
         plan_layout(topo, 2, vllm_version="latest")
 
 

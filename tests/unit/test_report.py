@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from plans import lab_instance_plan
 
 from vllm_fleet.cli import main as cli_main
 from vllm_fleet.errors import FleetInputError
@@ -42,7 +43,9 @@ def _read(*parts: str) -> str:
 
 
 def _plan(**expect: object) -> dict:
-    argv = json.loads(_read("healthy", "capture.json"))["argv"]
+    """The lab instance's plan as build_host_plan makes it (tests/unit/plans.py), with the KV figures the
+    recorded startup log must show added to its expectations."""
+    plan = lab_instance_plan(vllm_service_host="0.0.0.0")
     # The tiny model: 2 layers × 2 (K,V) × 2 KV heads × 64 dims × 2 bytes (bf16) = 1,024 B/token;
     # VLLM_CPU_KVCACHE_SPACE=1 → 1 GiB → 1,048,576 tokens; at 256 tokens per request 4,096 requests.
     expectations = {
@@ -52,7 +55,8 @@ def _plan(**expect: object) -> dict:
         "kv_cache_dtype": "auto",
         **expect,
     }
-    return {"instance": "i0", "argv": argv, "expectations": expectations}
+    plan["expectations"] = {**plan["expectations"], **expectations}
+    return plan
 
 
 def _api(**override: dict) -> dict:
@@ -131,7 +135,7 @@ def test_ttft_and_spec_thresholds() -> None:
     strict = _healthy_report(thresholds=Thresholds(ttft_p99_max_s=0.000001))
     assert [c.name for c in strict.failed()] == ["ttft_p99"]
     spec_plan = _plan()
-    spec_plan["argv"] = [*spec_plan["argv"], "--speculative-config", '{"method":"ngram"}']
+    spec_plan["spec_decode"] = True  # as the plan of a vllm_service_speculative_config says
     spec = _healthy_report(plan=spec_plan)
     failed = {c.name: c for c in spec.failed()}
     # No drafts were made by this server: acceptance cannot be shown, so the check fails.
@@ -353,7 +357,7 @@ def test_spec_acceptance_from_the_real_specdecoding_line_when_metrics_lack_it(
 ) -> None:
     """Real `SpecDecoding metrics` lines posted by users (tests/fixtures/vllm-logs, vLLM 2026 builds)."""
     spec = parse_log((FIX.parent / "vllm-logs" / log).read_text()).spec_decode
-    target = api_target({"instance": "i0", "argv": ["vllm", "serve", "/m", "--speculative-config", "{}"]})
+    target = api_target({**lab_instance_plan(), "spec_decode": True})
     check = next(
         c for c in check_metrics(target, MetricsSummary(), Thresholds(), spec) if c.name.startswith("spec")
     )

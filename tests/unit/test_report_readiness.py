@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from plans import lab_instance_plan
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.verify.report import (
@@ -94,91 +95,40 @@ def test_ready_timeout_scales_with_model_size_and_is_capped() -> None:
     assert ready_timeout(10_000 * GIB) == 3600
 
 
-def test_api_target_from_a_plan_with_argv_list() -> None:
-    plan = {
-        "instance": "i1",
-        "port": 8001,
-        "argv": [
-            "/opt/vllm-fleet/venv/bin/vllm",
-            "serve",
-            "/srv/models/qwen",
-            "--served-model-name",
-            "qwen3-27b",
-            "--max-model-len",
-            "32K",
-            "--host",
-            "0.0.0.0",
-            "--speculative-config",
-            '{"method":"mtp"}',
-        ],
-        "expectations": {},
-    }
+def test_api_target_reads_the_plan_not_the_argv() -> None:
+    """Where to ask comes from the plan build_host_plan made: a wildcard listen address is asked on loopback,
+    the port is the layout's (vllm_service_port is the first instance's), nothing is parsed out of argv."""
+    plan = lab_instance_plan(vllm_service_host="0.0.0.0", vllm_service_port=8001)
     target = api_target(plan)
-    assert target.unit == "vllm-fleet-i1.service"
+    assert target.unit == "vllm-fleet-i0.service"
     assert target.base_url == "http://127.0.0.1:8001"
-    assert target.served_model_name == "qwen3-27b"
-    assert target.max_model_len == 32768  # vLLM reads K as 1024
-    assert target.spec_decode and target.prefix_caching
-    assert target.model_path == "/srv/models/qwen"
+    assert target.served_model_name == "tiny"
+    assert target.max_model_len == 256
+    assert not target.spec_decode and target.prefix_caching
+    assert target.model_path == "/srv/vllm-fleet-lab/models/tiny"
 
 
-def test_api_target_uses_the_listen_address_and_expectations() -> None:
-    plan = {
-        "instance": "i0",
-        "argv": "numactl --cpunodebind=0 --membind=0 vllm serve /m --host 10.0.0.5 --port 9000 "
-        "--no-enable-prefix-caching --max-model-len 4096",
-        "expectations": {"max_model_len": 2048},
-    }
+def test_api_target_uses_the_listen_address() -> None:
+    plan = lab_instance_plan(
+        vllm_service_host="10.0.0.5", vllm_service_port=9000, vllm_service_enable_prefix_caching=False
+    )
     target = api_target(plan)
     assert target.base_url == "http://10.0.0.5:9000"
-    assert target.max_model_len == 2048
     assert not target.prefix_caching
-    assert target.served_model_name == "/m"
 
 
-def test_api_target_rejects_a_plan_without_instance_name() -> None:
-    with pytest.raises(FleetInputError, match="no 'instance'"):
+def test_api_target_refuses_what_is_not_an_instance_plan() -> None:
+    with pytest.raises(FleetInputError, match="schema_version None, this vllm-fleet reads 1"):
         api_target({"argv": []})
-    with pytest.raises(FleetInputError, match=r"port 'abc' is not an integer"):
-        api_target({"instance": "i0", "port": "abc"})
+    broken = {**lab_instance_plan()}
+    del broken["port"]
+    with pytest.raises(FleetInputError, match="missing port"):
+        api_target(broken)
 
 
 def test_plan_written_by_vllm_service_gives_log_expectations_and_target() -> None:
     """The shape vllm_service writes to /etc/vllm-fleet/i0.json (read back from a lab host)."""
-    plan = {
-        "instance": "i0",
-        "unit": "vllm-fleet-i0.service",
-        "port": 8000,
-        "argv": [
-            "/usr/bin/numactl",
-            "--cpunodebind=0",
-            "--membind=0",
-            "/opt/vllm-fleet/venv/bin/vllm",
-            "serve",
-            "/srv/vllm-fleet-lab/models/tiny",
-            "--served-model-name",
-            "tiny",
-            "--max-model-len",
-            "256",
-            "--dtype",
-            "bfloat16",
-            "--enforce-eager",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "8000",
-        ],
-        "expectations": {
-            "served_model_name": "tiny",
-            "tensor_parallel_size": 1,
-            "max_model_len": 256,
-            "kv_cache_dtype": "auto",
-            "custom_all_reduce_disabled": None,
-            "spec_decode": False,
-            "numa_binding": {"mode": "numactl", "nodes": [0]},
-            "port": 8000,
-        },
-    }
+    plan = lab_instance_plan(vllm_service_host="0.0.0.0")
     assert log_expectations(plan["expectations"]) == {"max_model_len": 256, "kv_cache_dtype": "auto"}
     target = api_target(plan)
     assert (target.base_url, target.served_model_name, target.spec_decode) == (

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from ansible.executor.playbook_executor import PlaybookExecutor
+from plans import lab_instance_plan
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.rollout import decisions as rollout
@@ -128,12 +129,9 @@ def test_instance_names_from_units() -> None:
     assert rollout.instance_names(units) == ["i0", "i1"]
 
 
-PLAN_OLD = (
-    '{"instance": "i0", "vllm_version": "0.32.0", "argv": ["vllm", "serve", "/m", "--max-model-len", "256"]}'
-)
-PLAN_NEW = (
-    '{"instance": "i0", "vllm_version": "0.32.0", "argv": ["vllm", "serve", "/m", "--max-model-len", "128"]}'
-)
+# Instance plans as deploy writes them (build_host_plan over the lab's variables), max_model_len 256 -> 128.
+PLAN_OLD = json.dumps(lab_instance_plan())
+PLAN_NEW = json.dumps(lab_instance_plan(vllm_service_max_model_len=128))
 
 
 def record(**overrides):
@@ -156,9 +154,7 @@ def test_host_result_statuses() -> None:
     ok = record()
     assert ok["status"] == "ok" and ok["time_to_ready_s"] == 42.2
     assert ok["old"]["version"] == "0.32.0" and ok["old"]["argv_hash"] != ok["new"]["argv_hash"]
-    assert ok["old"]["instances"]["i0"] == rollout.argv_hash(
-        ["vllm", "serve", "/m", "--max-model-len", "256"]
-    )
+    assert ok["old"]["instances"]["i0"] == rollout.argv_hash(json.loads(PLAN_OLD)["argv"])
     assert record(new_fingerprint="f-old", new_plans=[PLAN_OLD])["status"] == "unchanged"
     assert record(failure="verify: x", rolled_back=True)["status"] == "rolled_back"
     down = record(failure="verify: x", rolled_back=False, rollback_failure="restart: y")
@@ -169,7 +165,9 @@ def test_host_result_statuses() -> None:
 
 def test_plan_identity_tolerates_foreign_plans() -> None:
     ident = rollout.plan_identity(["not json", "[1, 2]", {"argv": ["a"]}])
-    assert ident["version"] is None and ident["argv_hash"] is not None
+    assert ident == {"version": None, "argv_hash": None, "instances": {}}
+    mixed = rollout.plan_identity([PLAN_OLD, {"argv": ["a"]}])
+    assert mixed["version"] == "0.32.0" and list(mixed["instances"]) == ["i0"]
 
 
 def test_summarize_good_rollout() -> None:

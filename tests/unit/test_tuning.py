@@ -16,13 +16,11 @@ from vllm_fleet.plan.tuning import (
     PAGE_1G_KB,
     PAGE_2M_KB,
     SYSFS_WRITE_SCRIPT,
-    HostState,
     KvTierNeed,
     TuningOptions,
     kernel_cmdline_for,
     kv_tier_needs,
     limits_conf,
-    parse_host_state,
     parse_page_size,
     plan_hugepages,
     plan_tuning,
@@ -33,6 +31,7 @@ from vllm_fleet.plan.tuning import (
     tuning_unit_text,
     unit_exec_starts,
 )
+from vllm_fleet.probe.hoststate import HostState, parse_host_state
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "probe"
 GiB = 2**30
@@ -108,7 +107,7 @@ def test_unbound_instance_is_spread_over_all_nodes_and_per_instance_amounts() ->
 
 def test_node_overcommit_is_refused_with_the_variable_named() -> None:
     needs = kv_tier_needs(LAYOUT_2xTP2, 600 * GiB)
-    with pytest.raises(FleetInputError, match="host_tuning_cpu_kv_bytes: NUMA node 0 would need"):
+    with pytest.raises(FleetInputError, match="vllm_service_kv_offload_cpu_bytes: NUMA node 0 would need"):
         plan_hugepages(needs, two_node_state().node_memory_bytes)
 
 
@@ -119,7 +118,7 @@ def test_binding_to_a_node_the_host_lacks_is_refused() -> None:
 
 
 def test_negative_inputs_are_refused() -> None:
-    with pytest.raises(FleetInputError, match="host_tuning_cpu_kv_bytes"):
+    with pytest.raises(FleetInputError, match="vllm_service_kv_offload_cpu_bytes"):
         kv_tier_needs(LAYOUT_2xTP2, -1)
     with pytest.raises(FleetInputError, match="host_tuning_hugepages_margin"):
         plan_hugepages([], {0: GiB}, margin_fraction=-0.5)
@@ -248,7 +247,9 @@ def test_dev_shm_grows_to_the_need_and_a_converged_host_changes_nothing() -> Non
     assert again.shm is not None and again.shm.remount == []
     assert not any(c.startswith("/dev/shm") for c in runtime_changes(again, grown))
     assert again.shm.fstab_line == plan.shm.fstab_line
-    with pytest.raises(FleetInputError, match=r"host_tuning_cpu_kv_bytes: the CPU KV tiers need 22\.0 GiB"):
+    with pytest.raises(
+        FleetInputError, match=r"vllm_service_kv_offload_cpu_bytes: the CPU KV tiers need 22\.0 GiB"
+    ):
         plan_tuning(s, kv_tier_needs(layout, 20 * GiB), TuningOptions())
     with pytest.raises(FleetInputError, match="host_tuning_shm_huge: 'huge'"):
         plan_tuning(s, kv_tier_needs(layout, GiB), TuningOptions(shm_huge="huge"))

@@ -16,9 +16,11 @@ from test_render_support import (
     verbatim,
 )
 
+from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.probe.topology import build_topology_from_dir
 from vllm_fleet.render.schema import ServeSpec
 from vllm_fleet.render.serve import render_instance
-from vllm_fleet.render.validate import check_command, validate
+from vllm_fleet.render.validate import check_command
 
 QWEN3_14B = "qwen3-14b"  # 40 layers, 40 query / 8 KV heads of 128: 20,480 B/token/GPU at fp8 on TP4
 
@@ -203,22 +205,39 @@ def test_batched_tokens_below_seqs_times_speculative_tokens():
 # --- TP must divide the attention heads
 
 
-def test_tp_not_dividing_heads():
-    instance = rtx4090_instance(tp=3)
-    errors, _ = _errors(
-        seed_spec(rope_scaling={}, tensor_parallel_size=None),
-        instance=instance,
-        model=model_config("qwen3.6-27b"),
+def test_tp_not_dividing_heads_is_the_layouts_refusal_naming_the_variable():
+    """One rule, one place: the layout refuses a TP that does not divide the heads; the plan names the
+    variable the user set. 24 heads (Qwen3.6-27B) / TP4 is fine, 40 heads / TP3 is not."""
+    topology = build_topology_from_dir(str(FIXTURES / "topology" / "recorded" / "8x4090-dual-socket"))
+    plan = build_host_plan(
+        "h",
+        {
+            "vllm_service_model": "/m",
+            "vllm_service_host": "127.0.0.1",
+            "vllm_service_tensor_parallel_size": 4,
+        },
+        topology,
+        vllm_version="0.33.0",
+        model_config=model_config("qwen3.6-27b"),
     )
-    assert not _has(errors, "does not divide")  # 24 heads / 3
-    errors, _ = _errors(seed_spec(rope_scaling={}), model=model_config("qwen3.6-27b"))
-    assert not _has(errors, "does not divide")  # 24 / 4
+    assert plan.ok and [i.tensor_parallel_size for i in plan.instances] == [4, 4]
     llama_like = dict(model_config("qwen3.6-27b"))
     llama_like["text_config"] = {**llama_like["text_config"], "num_attention_heads": 40}
-    errors, _ = _errors(
-        seed_spec(rope_scaling={}, tensor_parallel_size=None), instance=instance, model=llama_like
+    plan = build_host_plan(
+        "h",
+        {
+            "vllm_service_model": "/m",
+            "vllm_service_host": "127.0.0.1",
+            "vllm_service_tensor_parallel_size": 3,
+        },
+        topology,
+        vllm_version="0.33.0",
+        model_config=llama_like,
     )
-    assert _has(errors, "tensor_parallel_size 3: does not divide the model's 40 attention heads")
+    assert plan.errors == [
+        "vllm_service_tensor_parallel_size: 3 does not divide the model's num_attention_heads (40); vLLM "
+        "refuses to start. Choose a tensor_parallel_size among [1, 2, 4, 5, 8, 10, 20, 40]"
+    ]
 
 
 # --- auto tool choice without a parser
@@ -279,16 +298,21 @@ def test_seed_command_reports_each_mistake_with_its_fix():
     assert _has(warnings, "'qwen3_next_mtp' is rewritten to 'mtp'")
 
 
-def test_validate_whole_layout():
+def test_every_instance_of_the_layout_is_judged():
+    """build_host_plan renders and judges each instance of the layout (messages prefixed by instance)."""
     from test_render_support import rtx4090_topology
 
-    from vllm_fleet.plan.layout import plan_layout
-
-    layout = plan_layout(rtx4090_topology(), 4).to_dict()
-    errors, warnings = validate(
-        seed_spec(), "0.33.0", layout=layout, model_config=model_config("qwen3.6-27b")
+    variables = {**seed_vars(), "vllm_service_tensor_parallel_size": 4}
+    plan = build_host_plan(
+        "h", variables, rtx4090_topology(), vllm_version="0.33.0", model_config=model_config("qwen3.6-27b")
     )
-    assert errors == []
-    assert any(w.startswith("i1: ") for w in warnings)
-    errors, _ = validate(seed_spec(tool_call_parser=None), "0.33.0", layout=layout)
-    assert sum("enable_auto_tool_choice" in e for e in errors) == 2
+    assert plan.errors == []
+    assert any(w.startswith("i1: ") for w in plan.warnings)
+    plan = build_host_plan(
+        "h",
+        {**variables, "vllm_service_tool_call_parser": None},
+        rtx4090_topology(),
+        vllm_version="0.33.0",
+        model_config=model_config("qwen3.6-27b"),
+    )
+    assert sum("enable_auto_tool_choice" in e for e in plan.errors) == 2

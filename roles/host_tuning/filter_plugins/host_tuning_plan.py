@@ -8,12 +8,13 @@ from ansible.errors import AnsibleFilterError
 
 from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.tuning import (
     TuningOptions,
-    kv_tier_needs,
+    check_options,
     limits_conf,
-    parse_host_state,
     parse_page_size,
+    plan_kv_tier_needs,
     plan_tuning,
     report_text,
     runtime_changes,
@@ -21,13 +22,7 @@ from vllm_fleet.plan.tuning import (
     sysfs_write_argv,
     tuning_unit_text,
 )
-from vllm_fleet.sizes import parse_size
-
-
-def _kv_bytes(value: Any) -> int | dict[str, int]:
-    if isinstance(value, dict):
-        return {str(k): parse_size(v, f"host_tuning_cpu_kv_bytes[{k}]") for k, v in value.items()}
-    return parse_size(value if value not in (None, "") else 0, "host_tuning_cpu_kv_bytes")
+from vllm_fleet.probe.hoststate import parse_host_state
 
 
 def _fraction(value: Any, variable: str) -> float:
@@ -48,50 +43,41 @@ def _word(value: Any, variable: str) -> str:
     return hostvalues.no_control(value, variable, fix="give one word or ''")
 
 
-def host_tuning_plan(
-    state_text: str,
-    layout: dict[str, Any],
-    *,
-    cpu_kv_bytes: Any = 0,
-    hugepages: bool = False,
-    page_size: str = "2M",
-    margin: float = 0.10,
-    max_node_fraction: float = 0.90,
-    thp_enabled: str = "",
-    thp_defrag: str = "",
-    governor: str = "",
-    shm_huge: str = "",
-    numa_balancing: str = "auto",
-    user: str = "vllm",
-    applied: bool = True,
-    grub_dropin: str = "/etc/default/grub.d/90-vllm-fleet.cfg",
-) -> dict[str, Any]:
-    """Everything the role writes and reports, from the host's state text and the layout."""
+def tuning_options(options: dict[str, Any]) -> TuningOptions:
+    """The role's options (vars/main.yml __host_tuning_options), each checked and named by its variable."""
+    grub = options.get("grub_dropin")
+    if grub is not None:
+        hostvalues.absolute_path(grub, "host_tuning_grub_dropin", example="/etc/default/grub.d/90-x.cfg")
+    checked = TuningOptions(
+        page_size_kb=parse_page_size(options["page_size"]),
+        margin_fraction=_fraction(options["margin"], "host_tuning_hugepages_margin"),
+        max_node_fraction=_fraction(options["max_node_fraction"], "host_tuning_hugepages_max_node_fraction"),
+        thp_enabled=_word(options["thp_enabled"], "host_tuning_thp_enabled") or None,
+        thp_defrag=_word(options["thp_defrag"], "host_tuning_thp_defrag") or None,
+        governor=_word(options["governor"], "host_tuning_cpu_governor") or None,
+        numa_balancing=_word(options["numa_balancing"], "host_tuning_numa_balancing"),
+        service_user=hostvalues.user_name(options["user"], "host_tuning_memlock_user"),
+        reserve_hugepages=bool(options["hugepages"]),
+        shm_huge=_word(options["shm_huge"], "host_tuning_shm_huge") or None,
+    )
+    check_options(checked)
+    return checked
+
+
+def host_tuning_plan(state_text: str, host_plan: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Everything the role writes and reports, from the host's state text, its plan and the role's options."""
     try:
-        if not isinstance(layout, dict) or not layout.get("instances"):
+        checked = tuning_options(options)  # the role's own variables first: they need no plan
+        if not isinstance(host_plan, dict) or not host_plan:
             raise FleetInputError(
-                f"host_tuning_layout: {layout!r} has no instances; run the gpu_topology role "
-                "(playbooks/probe.yml, or playbooks/tune.yml which includes it) so gpu_topology.layout exists"
+                "host_tuning_host_plan: no plan for this host; run playbooks/preflight.yml first "
+                "(playbooks/tune.yml imports it) so vllm_fleet_plan exists"
             )
+        plan_of_host = HostPlan.from_dict(host_plan, where="host_tuning_host_plan")
         state = parse_host_state(state_text)
-        hostvalues.absolute_path(
-            grub_dropin, "host_tuning_grub_dropin", example="/etc/default/grub.d/90-x.cfg"
-        )
-        options = TuningOptions(
-            page_size_kb=parse_page_size(page_size),
-            margin_fraction=_fraction(margin, "host_tuning_hugepages_margin"),
-            max_node_fraction=_fraction(max_node_fraction, "host_tuning_hugepages_max_node_fraction"),
-            thp_enabled=_word(thp_enabled, "host_tuning_thp_enabled") or None,
-            thp_defrag=_word(thp_defrag, "host_tuning_thp_defrag") or None,
-            governor=_word(governor, "host_tuning_cpu_governor") or None,
-            numa_balancing=_word(numa_balancing, "host_tuning_numa_balancing"),
-            service_user=hostvalues.user_name(user, "host_tuning_memlock_user"),
-            reserve_hugepages=bool(hugepages),
-            shm_huge=_word(shm_huge, "host_tuning_shm_huge") or None,
-        )
-        needs = kv_tier_needs(layout, _kv_bytes(cpu_kv_bytes))
-        plan = plan_tuning(state, needs, options)
+        plan = plan_tuning(state, plan_kv_tier_needs(plan_of_host), checked)
         changes = runtime_changes(plan, state)
+        applied = bool(options["applied"])
     except FleetInputError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     return {

@@ -1,5 +1,4 @@
-"""Filters of the vllm_service role: thin adapters over vllm_fleet.deploy.service (where the decisions
-are)."""
+"""Filters of the vllm_service role: thin adapters over vllm_fleet.deploy.service (the decisions)."""
 
 from __future__ import annotations
 
@@ -17,18 +16,17 @@ from vllm_fleet.deploy.service import (
     stale_instances,
 )
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.sizes import parse_size
+from vllm_fleet.flags import public_version
+from vllm_fleet.plan.host import HostPlan
 
 
 def vllm_service_files(
-    rendered: list[dict[str, Any]],
-    layout: dict[str, Any],
+    host_plan: dict[str, Any],
     *,
     options: dict[str, Any],
-    extra_env: dict[str, Any] | None = None,
     secret_env: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Unit, EnvironmentFile, plan and digest of every rendered instance (in layout order)."""
+    """Unit, EnvironmentFile, plan and digest of every instance of the host's plan (in plan order)."""
     try:
         opts = ServiceOptions(
             **{
@@ -37,19 +35,11 @@ def vllm_service_files(
                 "after": tuple(options.get("after") or ServiceOptions.after),
             }
         )
-        by_name = {str(i.get("name")): i for i in (layout or {}).get("instances") or []}
-        out = []
-        for r in rendered:
-            name = str(r.get("name"))
-            if name not in by_name:
-                raise FleetInputError(
-                    f"rendered instance {name} is not in the layout {sorted(by_name)}; re-run the probe"
-                )
-            files = instance_files(
-                r, by_name[name], options=opts, extra_env=extra_env or {}, secret_env=secret_env or {}
-            )
-            out.append(files.to_dict())
-        return out
+        plan = HostPlan.from_dict(host_plan, where="vllm_service_host_plan")
+        return [
+            instance_files(instance, options=opts, secret_env=secret_env or {}).to_dict()
+            for instance in plan.instances
+        ]
     except (FleetInputError, TypeError) as exc:
         raise AnsibleFilterError(f"vllm_service: {exc}") from exc
 
@@ -61,14 +51,19 @@ def vllm_service_restart_list(
     return restart_list([InstanceFiles(**{"env_text": "", **f}) for f in files], applied or {}, active or {})
 
 
-def vllm_service_shm_shortfall(findmnt_size: str, tier: Any, instances: int, vllm_version: str) -> str:
+def vllm_service_shm_shortfall(findmnt_size: str, host_plan: dict[str, Any]) -> str:
     """`findmnt -bn -o SIZE --mountpoint /dev/shm` (the top mount last) -> '' or why the tiers do not fit."""
     try:
+        plan = HostPlan.from_dict(host_plan, where="vllm_service_host_plan")
         sizes = [line.strip() for line in (findmnt_size or "").splitlines() if line.strip().isdigit()]
-        tier_bytes = parse_size(tier, "vllm_service_kv_offload_cpu_bytes") if tier not in (None, "") else 0
-        return shm_shortfall(tier_bytes, int(instances), int(sizes[-1]) if sizes else None, str(vllm_version))
+        return shm_shortfall(plan.needs.shm_bytes, int(sizes[-1]) if sizes else None, plan.vllm_version)
     except FleetInputError as exc:
         raise AnsibleFilterError(f"vllm_service: {exc}") from exc
+
+
+def vllm_service_same_release(installed: str, planned: str) -> bool:
+    """Whether the installed vLLM (0.32.0+cpu) is the planned release (0.32.0): public parts compared."""
+    return bool(installed) and public_version(installed) == public_version(planned)
 
 
 def vllm_service_stale(markers_text: str, wanted: list[str]) -> list[str]:
@@ -81,5 +76,6 @@ class FilterModule:
             "vllm_service_files": vllm_service_files,
             "vllm_service_restart_list": vllm_service_restart_list,
             "vllm_service_stale": vllm_service_stale,
+            "vllm_service_same_release": vllm_service_same_release,
             "vllm_service_shm_shortfall": vllm_service_shm_shortfall,
         }

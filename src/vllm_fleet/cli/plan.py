@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.capacity import format_plan, plan_capacity
+from vllm_fleet.plan.host import HostPlan
+from vllm_fleet.plan.inventory import plan_inventory
 from vllm_fleet.sizes import parse_human_int, parse_size
+
+# The project (roles/ beside src/): a clone, or the editable install of one.
+PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 
 def load_model_config(path: str) -> dict[str, Any]:
@@ -39,7 +45,43 @@ def load_model_config(path: str) -> dict[str, Any]:
     return data
 
 
+def _handle_inventory(args: argparse.Namespace) -> int:
+    """Every host's plan from the inventory: the HostPlan preflight would build, no host touched."""
+    facts = Path(args.facts) if args.facts else None
+    plans = plan_inventory(args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts)
+    data = {"hosts": {name: plan.to_dict() for name, plan in plans.items()}}
+    human = "\n\n".join(_host_summary(plan) for plan in plans.values())
+    emit(data, args.json, human)
+    return 0 if all(plan.ok for plan in plans.values()) else 1
+
+
+def _host_summary(plan: HostPlan) -> str:
+    lines = [plan.report or f"== {plan.host} ({plan.source})"]
+    for instance in plan.instances:
+        capacity = instance.capacity or {}
+        tokens = f", {capacity['gpu_kv_tokens']:,} KV tokens" if capacity.get("gpu_kv_tokens") else ""
+        lines.append(f"{instance.name}: {instance.base_url}{tokens}\n  {instance.shell}")
+    lines += [f"error: {e}" for e in plan.errors] + [f"warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)
+
+
 def _handle(args: argparse.Namespace) -> int:
+    if args.inventory:
+        return _handle_inventory(args)
+    missing = [
+        flag
+        for flag, value in (
+            ("--model-config", args.model_config),
+            ("--tensor-parallel-size", args.tensor_parallel_size),
+            ("--kv-cache-dtype", args.kv_cache_dtype),
+            ("--max-model-len", args.max_model_len),
+        )
+        if value is None
+    ]
+    if missing:
+        raise FleetInputError(
+            f"give {', '.join(missing)} (one instance's capacity), or --inventory PATH (every host's plan)"
+        )
     if args.kv_cache_memory_bytes is None and args.kv_bytes_per_gpu is None:
         raise FleetInputError(
             "give the KV memory per GPU: --kv-cache-memory-bytes B (as vLLM's flag) or --kv-bytes-per-gpu B "
@@ -79,24 +121,40 @@ def _handle(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="KV-cache capacity of one instance from the model's config.json",
+        help="KV-cache capacity of one instance, or every host's plan of an inventory",
         description=(
             "Compute KV bytes per token, the GPU KV tokens vLLM will report, the maximum concurrency at "
             "max_model_len, whether one request of max_model_len fits, the CPU tier it would need, prefill "
             "chunks and the concurrency at an average input length. Sizes accept 10737418240, 10GiB, 10G "
-            "(binary, as vLLM reads them) and 10g / 10GB (decimal). All memory is per GPU."
+            "(binary, as vLLM reads them) and 10g / 10GB (decimal). All memory is per GPU. With --inventory: "
+            "the plan preflight builds for every host (layout, argv, capacity, errors); --json prints "
+            '{"hosts": {name: HostPlan}}; exit 1 when a host\'s plan has errors.'
+
         ),
     )
-    parser.add_argument("--model-config", required=True, metavar="FILE", help="the model's config.json")
-    parser.add_argument("--tensor-parallel-size", "-tp", required=True, metavar="N")
+    parser.add_argument(
+        "--inventory",
+        "-i",
+        metavar="PATH",
+        help="every host's plan from this Ansible inventory (recorded or probed facts); no host is touched",
+    )
+    parser.add_argument("--limit", "-l", metavar="PATTERN", help="with --inventory: only these hosts")
+    parser.add_argument(
+        "--facts",
+        metavar="DIR",
+        help="with --inventory: the probe's saved facts, <DIR>/<host>.json (default reports/probe), "
+        "for hosts without gpu_topology_recorded_dir",
+    )
+    parser.add_argument("--model-config", metavar="FILE", help="the model's config.json")
+    parser.add_argument("--tensor-parallel-size", "-tp", metavar="N")
     memory = parser.add_argument_group("KV memory per GPU (one of)")
     memory.add_argument("--kv-cache-memory-bytes", metavar="B", help="as vLLM's --kv-cache-memory-bytes")
     memory.add_argument("--kv-bytes-per-gpu", metavar="B", help="e.g. a log's 'Available KV cache memory'")
     parser.add_argument(
-        "--kv-cache-dtype", required=True, metavar="D", help="auto, fp8, fp8_e4m3, bfloat16, ..."
+        "--kv-cache-dtype", metavar="D", help="auto, fp8, fp8_e4m3, bfloat16, ..."
     )
     parser.add_argument(
-        "--max-model-len", required=True, metavar="L", help="tokens per request (32k = 32000)"
+        "--max-model-len", metavar="L", help="tokens per request (32k = 32000)"
     )
     parser.add_argument("--max-num-batched-tokens", metavar="T", help="prefill chunk size")
     parser.add_argument(

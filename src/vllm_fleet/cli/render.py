@@ -24,8 +24,10 @@ from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.cli.plan import load_model_config
 from vllm_fleet.deploy.service import ServiceOptions, instance_files
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.build import instance_plan
+from vllm_fleet.plan.layout import Instance
 from vllm_fleet.render.schema import PREFIX, ServeSpec
-from vllm_fleet.render.serve import render_instance
+from vllm_fleet.render.serve import Rendered, render_instance
 
 
 def load_vars(path: str) -> dict[str, Any]:
@@ -98,20 +100,22 @@ def service_options(variables: dict[str, Any]) -> ServiceOptions:
 
 
 def unit_text_for(
-    spec: ServeSpec, rendered: dict[str, Any], instance: dict[str, Any], variables: dict[str, Any]
+    spec: ServeSpec, rendered: Rendered, instance: dict[str, Any], variables: dict[str, Any]
 ) -> str:
     """The unit file vllm_service would write (secrets stay in the EnvironmentFile, never in the unit)."""
+    options = service_options(variables)
     secrets = dict(spec.secret_env)
     if spec.api_key:
         secrets["VLLM_API_KEY"] = spec.api_key
-    files = instance_files(
-        {**rendered, "errors": []},
-        instance,
-        options=service_options(variables),
-        extra_env=spec.extra_env,
-        secret_env=secrets,
+    plan = instance_plan(
+        "render",
+        spec,
+        Instance.from_dict(instance),
+        rendered,
+        env=spec.extra_env,
+        unit_prefix=options.unit_prefix,
     )
-    return files.unit_text
+    return instance_files(plan, options=options, secret_env=secrets).unit_text
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -130,7 +134,7 @@ def _handle(args: argparse.Namespace) -> int:
         spec, instance, args.vllm_version, model_config=model_config, topology=topology
     )
     result = rendered.to_dict()
-    unit = unit_text_for(spec, result, instance, variables)
+    unit = unit_text_for(spec, rendered, instance, variables)
     result["unit_text"] = unit
     command = rendered.shell if args.shell else rendered.exec_start
     lines = [unit if args.unit else command, ""]

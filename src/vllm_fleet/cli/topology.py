@@ -7,9 +7,9 @@ import sys
 from typing import Any
 
 from vllm_fleet.cli import emit, read_input_file
-from vllm_fleet.deploy.vllm_install import parse_model_config
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.layout import Layout, format_probe_report, plan_layout
+from vllm_fleet.plan.model_config import parse_model_config
 from vllm_fleet.probe.topology import RECORDED_FILES, build_topology_from_texts, read_recorded_dir
 
 # flag destination -> build_topology keyword (and the key in RECORDED_FILES)
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         "layout": plan["instances"],
         "tensor_parallel_size": plan["tensor_parallel_size"],
         "idle_gpus": plan["idle_gpus"],
-        "cpu_only": plan["cpu_only"] and not topology.gpus,
+        "cpu_only": topology.cpu_only,
         "layout_reasons": plan["reasons"],
         "layout_warnings": plan["warnings"],
     }

@@ -1,6 +1,6 @@
 """What the vllm_service role writes for each instance: the systemd unit, the EnvironmentFile, the instance
-plan, and which instances must (re)start or go away. Pure functions over the renderer's output
-(`vllm_fleet.render.serve.Rendered.to_dict()`) and the layout instance (`gpu_topology.layout`).
+plan, and which instances must (re)start or go away. Pure functions over the host's plan
+(`vllm_fleet.plan.host.InstancePlan`, built by preflight), which is written as it is.
 
 One unit per instance (`vllm-fleet-<instance>.service`), not a template unit: the instances differ in more
 than their name (GPUs, NUMA wrapper, port, sometimes flags), so every unit holds its whole command and a
@@ -18,9 +18,9 @@ from typing import Any
 
 from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.flags import parse_version, public_version
+from vllm_fleet.flags import public_version
 from vllm_fleet.hostvalues import directive
-from vllm_fleet.verify.report import api_target
+from vllm_fleet.plan.host import InstancePlan
 
 MARKER_KEY = "X-VllmFleet-Instance"  # systemd ignores X- keys; it names the instance a unit belongs to
 _INSTANCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -294,79 +294,55 @@ def unit_text(
 
 
 def instance_files(
-    rendered: Mapping[str, Any],
-    layout_instance: Mapping[str, Any],
+    plan: InstancePlan,
     *,
     options: ServiceOptions,
-    extra_env: Mapping[str, Any] | None = None,
     secret_env: Mapping[str, Any] | None = None,
 ) -> InstanceFiles:
-    """Everything written for one instance, from the renderer's output and its layout instance."""
-    name = check_instance_name(str(rendered.get("name") or layout_instance.get("name") or ""))
-    if rendered.get("errors"):
-        raise FleetInputError(
-            f"instance {name}: the serve command cannot be rendered: {'; '.join(rendered['errors'])}"
-        )
-    argv = [str(w) for w in rendered.get("argv") or []]
-    unit_name = f"{options.unit_prefix}{name}.service"
-    env: dict[str, Any] = {}
-    env.update(rendered.get("env") or {})
-    for key in extra_env or {}:
+    """Everything written for one instance of the host's plan: unit, EnvironmentFile, the plan itself."""
+    name = check_instance_name(plan.name)
+    for key in plan.env:
         if key in CACHE_ENV:
             raise FleetInputError(
                 f"vllm_service_extra_env: {key} is set by the unit (every cache lives below "
                 f"vllm_service_cache_dir/{name}); remove it, or move vllm_service_cache_dir"
             )
-    env.update(extra_env or {})
     secret = dict(secret_env or {})
-    for key in rendered.get("secret_env_names") or []:
+    for key in plan.secret_env_names:
         if key not in secret:
             raise FleetInputError(
                 f"instance {name}: the serve command expects the secret {key} in its environment, but no "
                 f"value was given; set vllm_service_api_key (VLLM_API_KEY) or vllm_service_secret_env.{key}"
             )
-    env_text = env_file_text({**env, **secret}, secret=frozenset(secret))
-    plan = {
-        "instance": name,
-        "unit": unit_name,
-        "argv": argv,
-        "exec_start": rendered.get("exec_start"),
-        "port": rendered.get("port"),
-        "vllm_version": rendered.get("vllm_version"),
-        "catalog_release": rendered.get("catalog_release"),
-        "env": {k: str(v) for k, v in sorted(env.items())},  # secrets left out: they live in the .env only
-        "secret_env_names": sorted(secret),
-        "layout": dict(layout_instance),
-        "expectations": dict(rendered.get("expectations") or {}),
-        "warnings": list(rendered.get("warnings") or []),
-    }
-    target = api_target(plan, unit_prefix=options.unit_prefix)
-    health_url = f"http://{target.address}:{target.port}/health"
+    env_text = env_file_text({**plan.env, **secret}, secret=frozenset(secret))
+    health_url = f"{plan.base_url}/health"
     text = unit_text(
         name,
-        argv,
+        plan.argv,
         health_url=health_url,
-        layout_instance=layout_instance,
-        vllm_version=str(rendered.get("vllm_version") or "?"),
+        layout_instance=plan.layout,
+        vllm_version=plan.vllm_version,
         options=options,
     )
-    plan_text = json.dumps(plan, indent=2, sort_keys=False) + "\n"
+    document = plan.to_dict()
+    document["secret_env_names"] = sorted(secret)
+    plan_text = json.dumps(document, indent=2, sort_keys=False) + "\n"
     # What runs: the unit (its ExecStart is the argv) and the environment. The plan's prose (warnings,
     # reasons) may change wording between releases of vllm-fleet without restarting anything. Secrets enter
     # only through a slow salted hash (a changed key still restarts), never in clear.
-    public_env = env_file_text(env)
+    public_env = env_file_text(plan.env)
     digest = hashlib.sha256(
-        "\0".join([text, public_env, secret_digest(secret, salt=unit_name), json.dumps(argv)]).encode()
+        "\0".join([text, public_env, secret_digest(secret, salt=plan.unit), json.dumps(plan.argv)]).encode()
     ).hexdigest()
     return InstanceFiles(
         name=name,
-        unit_name=unit_name,
-        unit_path=f"{options.unit_dir}/{unit_name}",
+        unit_name=plan.unit,
+        unit_path=f"{options.unit_dir}/{plan.unit}",
         unit_text=text,
         env_path=f"{options.config_dir}/{name}.env",
         env_text=env_text,
         plan_path=f"{options.config_dir}/{name}.json",
-        plan=plan,
+        plan=document,
         plan_text=plan_text,
         digest=digest,
         digest_path=f"{options.state_dir}/{name}",
@@ -408,27 +384,18 @@ def restart_list(
     return todo
 
 
-# From this release vLLM maps each instance's CPU KV tier in a /dev/shm file (SharedOffloadRegion); before
-# 0.30 nothing checks the tmpfs's space, and an undersized one faults (SIGBUS) instead of refusing to start.
-SHM_TIER_SINCE = (0, 20, 0)
-
-
-def shm_shortfall(tier_bytes: int, instances: int, shm_size_bytes: int | None, vllm_version: str) -> str:
-    """Why the instances' CPU KV tiers cannot all fit in /dev/shm; '' when they fit, when vLLM keeps the tier
-    elsewhere (before 0.20) or when the host has no /dev/shm tmpfs to judge."""
-    if tier_bytes <= 0 or instances < 1 or shm_size_bytes is None:
+def shm_shortfall(needed_bytes: int, shm_size_bytes: int | None, vllm_version: str) -> str:
+    """Why the host's CPU KV tiers (the plan's `needs.shm_bytes`: 0 where the release keeps them outside
+    /dev/shm) cannot all fit in /dev/shm; '' when they fit or the host has no /dev/shm tmpfs to judge.
+    Before 0.30 nothing checks the tmpfs's space: an undersized one faults (SIGBUS) instead of refusing."""
+    if needed_bytes <= 0 or shm_size_bytes is None or needed_bytes <= shm_size_bytes:
         return ""
-    if parse_version(vllm_version) < SHM_TIER_SINCE:
-        return ""
-    needed = tier_bytes * instances
-    if needed <= shm_size_bytes:
-        return ""
-    release = public_version(vllm_version)
     return (
-        f"vllm_service_kv_offload_cpu_bytes: {instances} instance(s) x {tier_bytes / 2**30:.2f} GiB of CPU "
-        f"KV tier need {needed / 2**30:.2f} GiB in /dev/shm, where vLLM {release} maps it, but /dev/shm "
-        f"holds {shm_size_bytes / 2**30:.2f} GiB; run playbooks/tune.yml first (host_tuning sizes /dev/shm "
-        "for the tier), or lower the tier. Nothing was changed."
+        "vllm_service_kv_offload_cpu_bytes: the instances' CPU KV tiers need "
+        f"{needed_bytes / 2**30:.2f} GiB in /dev/shm, where vLLM {public_version(vllm_version)} maps them, "
+        f"but /dev/shm holds {shm_size_bytes / 2**30:.2f} GiB; "
+        "run playbooks/tune.yml first (host_tuning sizes /dev/shm for the tiers), or lower the tier. "
+        "Nothing was changed."
     )
 
 

@@ -12,10 +12,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vllm_fleet.errors import FleetInputError
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
-_VERSION_RE = re.compile(r"^\d+(\.\d+){1,3}([.-]?(a|b|rc|post|dev)\d*)*(\+[A-Za-z0-9.]+)?$")
-_LOCK_LINE_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)")
+from vllm_fleet.errors import FleetInputError
 
 
 def normalize(name: str) -> str:
@@ -25,21 +25,31 @@ def normalize(name: str) -> str:
 
 def validate_version(version: Any, variable: str = "vllm_install_version") -> str:
     text = str(version).strip()
-    if not _VERSION_RE.match(text):
+    try:
+        Version(text)
+    except InvalidVersion as exc:
         raise FleetInputError(
             f"{variable}: {version!r} is not an exact version; "
             "pin one such as '0.32.0' (no ranges, no 'latest')"
-        )
+        ) from exc
     return text
 
 
 def parse_lock(text: str) -> dict[str, str]:
-    """`name==version` lines of a requirements lock (comments and options skipped) → {normalized: version}."""
+    """The exact pins of a requirements lock → {normalized name: version}, read with `packaging.requirements`
+    (`name[extra]==v ; marker`, hashes and continuation lines too; options, comments and ranges skipped)."""
     pins = {}
-    for line in text.splitlines():
-        match = _LOCK_LINE_RE.match(line)
-        if match:
-            pins[normalize(match.group(1))] = match.group(2)
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.split("#", 1)[0].split(" --hash", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        exact = [s.version for s in requirement.specifier if s.operator in ("==", "===")]
+        if len(exact) == 1:
+            pins[normalize(requirement.name)] = exact[0]
     return pins
 
 
@@ -56,17 +66,15 @@ def installed_version(pip_list_json: str, package: str) -> str | None:
     return None
 
 
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:4])
-
-
 def decide(installed: str | None, wanted: str) -> str:
-    """`ok`, `install` (absent), `upgrade` or `downgrade` (a changed pin moves the venv in place)."""
+    """`ok`, `install` (absent), `upgrade` or `downgrade` (a changed pin moves the venv in place); compared as
+    PEP 440 public versions (`0.11` is `0.11.0`, `0.11.0rc2` comes before `0.11.0`, `+cpu` is ignored)."""
     if installed is None:
         return "install"
-    if installed.split("+")[0] == wanted.split("+")[0]:
+    have, want = Version(Version(installed).public), Version(Version(wanted).public)
+    if have == want:
         return "ok"
-    return "upgrade" if _release(installed) < _release(wanted) else "downgrade"
+    return "upgrade" if have < want else "downgrade"
 
 
 @dataclass
@@ -202,16 +210,3 @@ def plan_model(*, source: str, path: str, hub_repo: str, revision: str, copy: bo
             )
         return ModelPlan("hub", path.rstrip("/"), "", hub_repo, revision)
     return ModelPlan("none", path.rstrip("/"), "", "", "")
-
-
-def parse_model_config(text: str, where: str) -> dict[str, Any]:
-    """The model's `config.json` as a dict, for the planner."""
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FleetInputError(
-            f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}); is it a model's config?"
-        ) from exc
-    if not isinstance(config, dict):
-        raise FleetInputError(f"{where}: a model's config.json is a JSON object, not {type(config).__name__}")
-    return config

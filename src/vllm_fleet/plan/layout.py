@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.capacity import parse_version
+from vllm_fleet.probe.hoststate import HostState
 from vllm_fleet.probe.topology import (
     LINK_MEANINGS,
     P2P_STATUSES,
@@ -28,7 +29,6 @@ from vllm_fleet.probe.topology import (
     link_kind,
 )
 
-NUMA_BIND_SINCE = (0, 20, 0)  # vLLM release that added --numa-bind / --numa-bind-nodes (vllm-facts §5)
 _NO_P2P_MODELS = ("RTX 4090",)  # GeForce cards whose driver refuses GPU peer-to-peer
 
 
@@ -149,13 +149,9 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-def _version(vllm_version: str | None) -> tuple[int, int, int] | None:
-    try:
-        return parse_version(vllm_version)
-    except FleetInputError as exc:
-        raise FleetInputError(
-            f"vllm_version: cannot read {vllm_version!r}; give the installed release such as 0.32.0"
-        ) from exc
+def _numa_bind_by_vllm(vllm_version: str | None) -> bool:
+    """Whether the release binds each worker itself (--numa-bind, 0.20+); None: the newest catalogued."""
+    return flags.release(vllm_version or flags.newest_release()).has("--numa-bind")
 
 
 def check_heads(
@@ -312,7 +308,7 @@ def _memory_node(topology: Topology, node: int) -> tuple[int, str | None]:
 
 
 def _binding(
-    topology: Topology, gpus: list[int], version: tuple[int, int, int] | None, vllm_version: str | None
+    topology: Topology, gpus: list[int], numa_bind_by_vllm: bool, vllm_version: str | None
 ) -> tuple[dict[str, Any], int | None, list[str], list[str]]:
     nodes = [topology.gpus[g].numa_node for g in gpus]
     reasons: list[str] = []
@@ -347,7 +343,7 @@ def _binding(
             warnings.append(why)
         return binding, node, reasons, warnings
     per_gpu = [int(n) for n in nodes if n is not None]
-    if version is not None and version >= NUMA_BIND_SINCE:
+    if numa_bind_by_vllm:
         reasons.append(
             f"NUMA binding: vLLM's own (--numa-bind --numa-bind-nodes {' '.join(map(str, per_gpu))}), "
             f"because "
@@ -498,7 +494,7 @@ def plan_layout(
     port = _positive_int(base_port, "base_port")
     if port > 65535:
         raise FleetInputError(f"base_port: {port} is above 65535; give a free TCP port such as 8000")
-    version = _version(vllm_version)
+    numa_bind_by_vllm = _numa_bind_by_vllm(vllm_version)
     n = len(topology.gpus)
     if n == 0:
         layout = _cpu_layout(topology, port, tensor_parallel_size)
@@ -540,7 +536,9 @@ def plan_layout(
     )
     instances = []
     for k, gpus in enumerate(sorted(inside + spanning, key=lambda c: c[0])):
-        binding, numa_node, why_numa, numa_warnings = _binding(topology, gpus, version, vllm_version)
+        binding, numa_node, why_numa, numa_warnings = _binding(
+            topology, gpus, numa_bind_by_vllm, vllm_version
+        )
         disable_car, nccl_p2p_off, why_p2p = _p2p(topology, gpus)
         visible = ",".join(str(g) for g in gpus)
         env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": visible}
@@ -680,3 +678,29 @@ def format_probe_report(topology: Topology, layout: Layout) -> str:
         out.append("Warnings:")
         out.extend(f"  ! {warning}" for warning in layout.warnings)
     return "\n".join(out) + "\n"
+
+
+def probe_report(
+    host: str,
+    topology: Topology,
+    layout: Layout,
+    *,
+    cpu_only: bool,
+    source: str,
+    notes: list[str] | None = None,
+    host_state: HostState | None = None,
+) -> str:
+    """The readable report of one host: `format_probe_report` under a header naming
+    the host
+    and where its data came from, plus the hugepages reserved per NUMA node and the probe's notes."""
+    lines = [f"== {host} ({source}){': CPU-only host' if cpu_only else ''}"]
+    lines.append(format_probe_report(topology, layout).rstrip("\n"))
+    if host_state is not None and host_state.hugepages:
+        lines.append("Hugepages reserved per NUMA node:")
+        for (node, size_kb), count in sorted(host_state.hugepages.items()):
+            size = f"{size_kb // 1024} MiB" if size_kb < 1048576 else f"{size_kb // 1048576} GiB"
+            lines.append(f"  node {node}: {count} x {size}")
+        if host_state.thp_enabled:
+            lines.append(f"Transparent hugepages: {host_state.thp_enabled} (defrag {host_state.thp_defrag})")
+    lines += [f"note: {n}" for n in notes or []]
+    return "\n".join(lines)

@@ -16,16 +16,14 @@ from typing import Any
 from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.hostvalues import directive
+from vllm_fleet.plan.host import HostPlan
+from vllm_fleet.probe.hoststate import NODE_SYSFS, SHM_PATH, THP_SYSFS, HostState
 
 PAGE_2M_KB = 2048
 PAGE_1G_KB = 1048576
 PAGE_SIZES_KB = {"2M": PAGE_2M_KB, "2MiB": PAGE_2M_KB, "1G": PAGE_1G_KB, "1GiB": PAGE_1G_KB}
 THP_MODES = ("always", "madvise", "never")
 THP_DEFRAG_MODES = ("always", "defer", "defer+madvise", "madvise", "never")
-NODE_SYSFS = "/sys/devices/system/node"
-THP_SYSFS = "/sys/kernel/mm/transparent_hugepage"
-# vLLM's CPU KV tier lives in /dev/shm (>= 0.20: SharedOffloadRegion; >= 0.30 checks the tmpfs's free space).
-SHM_PATH = "/dev/shm"
 SHM_HUGE_MODES = ("never", "always", "within_size", "advise")
 MiB = 2**20
 GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
@@ -39,31 +37,6 @@ SYSFS_WRITE_SCRIPT = (
 )
 # Per-node counts on the kernel command line (hugepages=0:N,1:M) exist since Linux 5.16.
 PER_NODE_CMDLINE_KERNEL = (5, 16)
-
-
-@dataclass(frozen=True)
-class HostState:
-    """What a host looks like now, read from sysfs and procfs (see `parse_host_state`)."""
-
-    node_memory_bytes: dict[int, int]
-    hugepages: dict[tuple[int, int], int]  # (node, page size in kB) -> nr_hugepages
-    thp_enabled: str | None
-    thp_defrag: str | None
-    numa_balancing: str | None  # None: the kernel has no such key
-    governor: str | None  # None: no cpufreq
-    governors_available: tuple[str, ...]
-    cmdline: str
-    kernel_release: str
-    # /proc/meminfo's MemTotal: the nodes' sysfs totals can be far smaller (a VM whose memory is onlined
-    # lazily: 4.5 GB on node 0 of a 126 GiB H200 guest), and /dev/shm is limited by the host's total
-    memory_bytes: int | None = None
-    shm_size_bytes: int | None = None  # None: no tmpfs mounted on /dev/shm (or not read)
-    shm_options: tuple[str, ...] = ()
-    shmem_thp: bool = False  # the kernel offers transparent hugepages for tmpfs (huge= mount option)
-
-    @property
-    def nodes(self) -> list[int]:
-        return sorted(self.node_memory_bytes)
 
 
 @dataclass(frozen=True)
@@ -128,61 +101,6 @@ class TuningPlan:
         return out
 
 
-# ---------------------------------------------------------------------------------------------------- parsing
-
-
-def _bracketed(value: str) -> str | None:
-    match = re.search(r"\[([^\]]+)\]", value)
-    return match.group(1) if match else (value.strip() or None)
-
-
-def parse_host_state(text: str) -> HostState:
-    """Parse `grep -H . <files>` output (one `path:line` per line) of the files the role reads.
-
-    Files: node*/meminfo and /proc/meminfo (MemTotal), node*/hugepages/hugepages-*/nr_hugepages, THP
-    enabled/defrag/shmem_enabled, /proc/sys/kernel/numa_balancing, cpu0's scaling_governor and
-    scaling_available_governors, /proc/cmdline, /proc/sys/kernel/osrelease, and `/dev/shm:<bytes> <options>`
-    from findmnt. A missing file is simply absent.
-    """
-    memory: dict[int, int] = {}
-    hugepages: dict[tuple[int, int], int] = {}
-    values: dict[str, str] = {}
-    for raw in text.splitlines():
-        path, sep, value = raw.partition(":")
-        if not sep or not path.startswith("/"):
-            continue
-        node_mem = re.fullmatch(rf"{NODE_SYSFS}/node(\d+)/meminfo", path)
-        if node_mem:
-            total = re.match(r"\s*Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB", value)
-            if total:
-                memory[int(node_mem.group(1))] = int(total.group(1)) * 1024
-            continue
-        pages = re.fullmatch(rf"{NODE_SYSFS}/node(\d+)/hugepages/hugepages-(\d+)kB/nr_hugepages", path)
-        if pages:
-            hugepages[(int(pages.group(1)), int(pages.group(2)))] = int(value.strip() or 0)
-            continue
-        values[path] = value.strip()  # the last line wins (findmnt lists stacked mounts, the top one last)
-    shm_size, _, shm_options = values.get(SHM_PATH, "").partition(" ")
-    host_total = re.match(r"MemTotal:\s+(\d+)\s*kB", values.get("/proc/meminfo", ""))
-    governor = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
-    available = values.get("/sys/devices/system/cpu/cpu0/cpufreq/scaling_available_governors", "")
-    return HostState(
-        node_memory_bytes=memory,
-        hugepages=hugepages,
-        thp_enabled=_bracketed(values[f"{THP_SYSFS}/enabled"]) if f"{THP_SYSFS}/enabled" in values else None,
-        thp_defrag=_bracketed(values[f"{THP_SYSFS}/defrag"]) if f"{THP_SYSFS}/defrag" in values else None,
-        numa_balancing=values.get("/proc/sys/kernel/numa_balancing"),
-        governor=governor or None,
-        governors_available=tuple(available.split()),
-        cmdline=values.get("/proc/cmdline", ""),
-        kernel_release=values.get("/proc/sys/kernel/osrelease", ""),
-        memory_bytes=int(host_total.group(1)) * 1024 if host_total else None,
-        shm_size_bytes=int(shm_size) if shm_size.isdigit() else None,
-        shm_options=tuple(o for o in shm_options.split(",") if o),
-        shmem_thp=f"{THP_SYSFS}/shmem_enabled" in values,
-    )
-
-
 def parse_page_size(value: str | int, variable: str = "host_tuning_hugepage_size") -> int:
     """`2M`/`2MiB`/`1G`/`1GiB` (or a size in kB) -> the page size in kB."""
     if isinstance(value, int) and value in (PAGE_2M_KB, PAGE_1G_KB):
@@ -210,15 +128,28 @@ def kv_tier_needs(layout: dict[str, Any], cpu_kv_bytes: int | dict[str, int]) ->
         amount = int(cpu_kv_bytes.get(name, 0)) if isinstance(cpu_kv_bytes, dict) else int(cpu_kv_bytes)
         if amount < 0:
             raise FleetInputError(
-                f"host_tuning_cpu_kv_bytes: {amount} for instance {name} is negative; "
+                f"vllm_service_kv_offload_cpu_bytes: {amount} for instance {name} is negative; "
                 "give 0 or a size like 200GiB"
             )
-        binding = inst.get("numa_binding") or {}
-        nodes: tuple[int, ...] = ()
-        if binding.get("mode") in ("numactl", "vllm"):
-            nodes = tuple(sorted({int(n) for n in binding.get("nodes") or []}))
+        nodes = bound_nodes(inst.get("numa_binding"))
         needs.append(KvTierNeed(instance=name, nodes=nodes, cpu_kv_bytes=amount))
     return needs
+
+
+def bound_nodes(binding: dict[str, Any] | None) -> tuple[int, ...]:
+    """The NUMA nodes an instance's memory is bound to; () when it is not bound."""
+    binding = binding or {}
+    if binding.get("mode") not in ("numactl", "vllm"):
+        return ()
+    return tuple(sorted({int(n) for n in binding.get("nodes") or []}))
+
+
+def plan_kv_tier_needs(plan: HostPlan) -> list[KvTierNeed]:
+    """One need per instance of the host's plan (its CPU KV tier, where its memory is bound)."""
+    return [
+        KvTierNeed(instance=i.name, nodes=bound_nodes(i.numa_binding), cpu_kv_bytes=i.needs.cpu_kv_bytes)
+        for i in plan.instances
+    ]
 
 
 def plan_hugepages(
@@ -258,7 +189,7 @@ def plan_hugepages(
         total = node_memory_bytes.get(node)
         if total and pages * page_bytes > max_node_fraction * total:
             raise FleetInputError(
-                f"host_tuning_cpu_kv_bytes: NUMA node {node} would need {pages} hugepages of "
+                f"vllm_service_kv_offload_cpu_bytes: NUMA node {node} would need {pages} hugepages of "
                 f"{page_size_kb} kB "
                 f"({pages * page_bytes / 2**30:.1f} GiB with the {margin_fraction:.0%} margin) but has "
                 f"{total / 2**30:.1f} GiB; lower the CPU KV tier (cpu_bytes_to_use) or spread the instances "
@@ -294,9 +225,10 @@ def plan_shm(
     memory = max(state.memory_bytes or 0, sum(state.node_memory_bytes.values()))
     if memory and needed > max_fraction * memory:
         raise FleetInputError(
-            f"host_tuning_cpu_kv_bytes: the CPU KV tiers need {needed / 2**30:.1f} GiB of /dev/shm with the "
-            f"{margin_fraction:.0%} margin but the host has {memory / 2**30:.1f} GiB of memory; lower the "
-            "tier (vllm_service_kv_offload_cpu_bytes) or run fewer instances here"
+            "vllm_service_kv_offload_cpu_bytes: the CPU KV tiers need "
+            f"{needed / 2**30:.1f} GiB of /dev/shm with the {margin_fraction:.0%} margin "
+            f"but the host has {memory / 2**30:.1f} GiB of memory; "
+            "lower the tier or run fewer instances here"
         )
     reasons = [
         f"/dev/shm holds the CPU KV tier ({', '.join(n.instance for n in needs if n.cpu_kv_bytes)}): "
@@ -348,6 +280,23 @@ def cmdline_has(cmdline: str, wanted: list[str]) -> bool:
 
 def check_options(options: TuningOptions) -> None:
     """The values that reach a sysfs write, limits.d or fstab: names by pattern, fractions in range."""
+    if options.thp_enabled is not None and options.thp_enabled not in THP_MODES:
+        raise FleetInputError(
+            f"host_tuning_thp_enabled: {options.thp_enabled!r} is not one of {', '.join(THP_MODES)}"
+        )
+    if options.thp_defrag is not None and options.thp_defrag not in THP_DEFRAG_MODES:
+        raise FleetInputError(
+            f"host_tuning_thp_defrag: {options.thp_defrag!r} is not one of {', '.join(THP_DEFRAG_MODES)}"
+        )
+    if options.numa_balancing not in ("auto", "off", "keep"):
+        raise FleetInputError(
+            f"host_tuning_numa_balancing: {options.numa_balancing!r} is not one of auto, off, keep"
+        )
+    if options.shm_huge is not None and options.shm_huge not in SHM_HUGE_MODES:
+        raise FleetInputError(
+            f"host_tuning_shm_huge: {options.shm_huge!r} is not one of {', '.join(SHM_HUGE_MODES)} "
+            "(or '' to leave it)"
+        )
     if options.governor is not None:
         hostvalues.matching(
             options.governor,
@@ -369,18 +318,6 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
     """What the host should look like: hugepages per node, sysctl, boot-time sysfs writes, kernel args."""
     reasons: list[str] = []
     warnings: list[str] = []
-    if options.thp_enabled is not None and options.thp_enabled not in THP_MODES:
-        raise FleetInputError(
-            f"host_tuning_thp_enabled: {options.thp_enabled!r} is not one of {', '.join(THP_MODES)}"
-        )
-    if options.thp_defrag is not None and options.thp_defrag not in THP_DEFRAG_MODES:
-        raise FleetInputError(
-            f"host_tuning_thp_defrag: {options.thp_defrag!r} is not one of {', '.join(THP_DEFRAG_MODES)}"
-        )
-    if options.numa_balancing not in ("auto", "off", "keep"):
-        raise FleetInputError(
-            f"host_tuning_numa_balancing: {options.numa_balancing!r} is not one of auto, off, keep"
-        )
     check_options(options)
     shm, shm_reasons, shm_warnings = plan_shm(
         needs,

@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.layout import Layout, format_probe_report
-from vllm_fleet.plan.tuning import HostState
-from vllm_fleet.probe.topology import RECORDED_COMMANDS, RECORDED_FILES, Topology
+from vllm_fleet.probe.topology import RECORDED_COMMANDS, RECORDED_FILES
 
 # Files that come from nvidia-smi: all absent (no nvidia-smi binary) means a host without NVIDIA GPUs.
 NVIDIA_SMI_FILES = tuple(name for name, cmd in RECORDED_COMMANDS.items() if cmd.startswith("nvidia-smi"))
@@ -73,29 +71,3 @@ def select_outputs(results: list[CommandResult]) -> ProbeInputs:
                 + ", left out"
             )
     return ProbeInputs(texts=texts, cpu_only=cpu_only, notes=notes)
-
-
-def probe_report(
-    host: str,
-    topology: Topology,
-    layout: Layout,
-    *,
-    cpu_only: bool,
-    source: str,
-    notes: list[str] | None = None,
-    host_state: HostState | None = None,
-) -> str:
-    """The readable report of one host: `vllm_fleet.plan.layout.format_probe_report` under a header naming
-    the host
-    and where its data came from, plus the hugepages reserved per NUMA node and the probe's notes."""
-    lines = [f"== {host} ({source}){': CPU-only host' if cpu_only else ''}"]
-    lines.append(format_probe_report(topology, layout).rstrip("\n"))
-    if host_state is not None and host_state.hugepages:
-        lines.append("Hugepages reserved per NUMA node:")
-        for (node, size_kb), count in sorted(host_state.hugepages.items()):
-            size = f"{size_kb // 1024} MiB" if size_kb < 1048576 else f"{size_kb // 1048576} GiB"
-            lines.append(f"  node {node}: {count} x {size}")
-        if host_state.thp_enabled:
-            lines.append(f"Transparent hugepages: {host_state.thp_enabled} (defrag {host_state.thp_defrag})")
-    lines += [f"note: {n}" for n in notes or []]
-    return "\n".join(lines)

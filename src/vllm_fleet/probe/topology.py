@@ -881,6 +881,11 @@ class Topology:
         return not any(r.startswith("GPU") for r in self.missing_rows)
 
     @property
+    def cpu_only(self) -> bool:
+        """A host without GPUs gets one instance on vLLM's CPU backend: the one place this is decided."""
+        return not self.gpus
+
+    @property
     def numa_known(self) -> bool:
         return bool(self.gpus) and all(g.numa_node is not None for g in self.gpus)
 

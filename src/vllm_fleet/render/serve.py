@@ -23,6 +23,7 @@ from typing import Any
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.hostvalues import exec_word
+from vllm_fleet.render import validate as validation
 from vllm_fleet.render.schema import ServeSpec
 
 
@@ -141,8 +142,6 @@ def render_instance(
     topology: dict[str, Any] | None = None,
 ) -> Rendered:
     """The argv, ExecStart line, environment and checks of one instance for `vllm_version`."""
-    from vllm_fleet.render import validate as validation  # validate imports render's helpers
-
     release = flagcat.release(vllm_version)
     view = instance_view(instance)
     warnings: list[str] = []
@@ -170,7 +169,8 @@ def render_instance(
     if view["cuda_visible_devices"] not in (None, ""):
         env["CUDA_VISIBLE_DEVICES"] = str(view["cuda_visible_devices"])
     secret_env_names = ["VLLM_API_KEY"] if spec.api_key else []
-    port = spec.port or view["port"]
+    # vllm_service_port is the layout's base port: instance k listens on base + k (plan_layout)
+    port = view["port"]
     v_errors, v_warnings, expectations = validation.validate_instance(
         spec, view, release, model_config=model_config or {}, topology=topology or {}
     )
@@ -330,9 +330,8 @@ def _serve_flags(
         argv.add("--enable-prompt-tokens-details", variable=v + "enable_prompt_tokens_details")
     if spec.host:
         argv.add("--host", spec.host, variable=v + "host")
-    port = spec.port or view["port"]
-    if port:
-        argv.add("--port", port, variable=v + "port")
+    if view["port"]:
+        argv.add("--port", view["port"], variable=v + "port")
 
 
 def _num(value: float) -> str:
@@ -475,7 +474,7 @@ def rope_override(
     0.11.x reads `rope_scaling`; 0.12+ reads `rope_parameters`, and an override REPLACES that dict (vLLM's
     `_apply_dict_overrides` sets dict-valued attributes directly), so rope_theta from the model's config must
     be carried along or the model loses it."""
-    if flagcat.parse_version(release.version) < (0, 12, 0):
+    if not flagcat.supports(release.version, "rope_parameters"):
         return "rope_scaling", dict(scaling)
     source = model_config
     if _rope_lives_in_text_config(model_config):

@@ -1,11 +1,12 @@
 """Pre-deploy validation of a serve spec against the target vLLM release, the model, the plan and the host.
 
-    validate(spec, vllm_version, *, layout=None, topology=None, model_config=None) -> (errors, warnings)
     validate_instance(spec, view, release, *, model_config, topology) -> (errors, warnings, expectations)
     check_args(argv_words, release, variable) -> (errors, warnings)      # flags, choices and JSON keys
     check_command(text_or_argv, vllm_version) -> (errors, warnings)      # a pasted `vllm serve ...` line
 
-Errors block the deploy; warnings are shown. Each message names the variable (or flag), the value and the fix.
+Every instance of a host is judged by `vllm_fleet.plan.build.build_host_plan`, which renders it (the renderer
+calls `validate_instance` and `check_args`). Errors block the deploy; warnings are shown. Each message names
+the variable (or flag), the value and the fix.
 """
 
 from __future__ import annotations
@@ -364,7 +365,7 @@ def validate_instance(
         "custom_all_reduce_disabled": bool(disable_car) if tp > 1 else None,
         "spec_decode": bool(spec.speculative_config),
         "numa_binding": {"mode": view["numa_mode"], "nodes": view["numa_nodes"]},
-        "port": spec.port or view["port"],
+        "port": view["port"],
     }
 
     if spec.enable_auto_tool_choice and not spec.tool_call_parser:
@@ -392,7 +393,7 @@ def validate_instance(
                 "vllm_service_max_num_seqs"
             )
     _rope_rule(spec, model_config, errors, warnings)
-    _heads_rule(tp, model_config, errors)
+    _position_rule(spec, model_config, errors)
     _p2p_rule(tp, disable_car, view, topology, errors)
     _offload_memory_rule(spec, view, topology, errors)
     if view["device"] == "cpu" and spec.kv_offload_cpu_bytes is not None:
@@ -451,15 +452,24 @@ def _rope_rule(spec: ServeSpec, model_config: dict[str, Any], errors: list[str],
         )
 
 
-def _heads_rule(tp: int, model_config: dict[str, Any], errors: list[str]) -> None:
-    heads = _model_value(model_config, "num_attention_heads")
-    if isinstance(heads, int) and heads > 0 and tp > 1 and heads % tp:
-        divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 16]
+def _position_rule(spec: ServeSpec, model_config: dict[str, Any], errors: list[str]) -> None:
+    """max_model_len within the positions the checkpoint supports as configured (YaRN: _rope_rule)."""
+    if spec.max_model_len is None or not model_config or spec.rope_scaling:
+        return
+    from vllm_fleet.plan.capacity import KvShape
+
+    try:
+        limit = KvShape.from_model_config(model_config).max_position_limit
+    except FleetInputError:
+        return  # a config the planner cannot read is reported by the capacity rules
+    if limit is not None and spec.max_model_len > limit:
+        # vLLM's _get_and_verify_max_len raises unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
         errors.append(
-            f"tensor_parallel_size {tp}: does not divide the model's {heads} attention heads (vLLM refuses "
-            "to "
-            f"start); use a TP of {', '.join(map(str, divisors))} (vllm_service_tensor_parallel_size / the "
-            "layout)"
+            f"vllm_service_max_model_len: {spec.max_model_len:,} is beyond the {limit:,} positions "
+            "the model's config.json supports (max_position_embeddings); "
+            "vLLM refuses to start (User-specified max_model_len is greater than the derived max_model_len): "
+            f"lower it to {limit:,} or less, or set vllm_service_rope_scaling "
+            "(YaRN, factor x original_max_position_embeddings >= max_model_len)"
         )
 
 
@@ -603,39 +613,3 @@ def _capacity_rules(
         if spec.rope_scaling and "YaRN" in note:
             continue  # the YaRN rule above has checked the scaling the spec sets
         warnings.append(f"capacity: {note}")
-
-
-# ------------------------------------------------------------------------------------------ whole host
-
-
-def _layout_instances(layout: Any) -> list[Any]:
-    if layout is None:
-        return [{"name": "i0", "gpus": [], "numa_binding": {"mode": "none", "nodes": []}, "device": "cpu"}]
-    if isinstance(layout, dict):
-        return list(layout.get("instances") or [])
-    return list(getattr(layout, "instances", []) or [])
-
-
-def validate(
-    spec: ServeSpec,
-    vllm_version: str,
-    *,
-    capacity: Any = None,
-    topology: dict[str, Any] | None = None,
-    layout: Any = None,
-    model_config: dict[str, Any] | None = None,
-) -> tuple[list[str], list[str]]:
-    """Errors and warnings of every instance of the layout (prefixed with the instance name)."""
-    from vllm_fleet.render.serve import render_instance
-
-    del capacity  # planned per instance from the model config; kept for the documented signature
-    errors: list[str] = []
-    warnings: list[str] = []
-    instances = _layout_instances(layout)
-    if not instances:
-        errors.append("gpu_topology.layout: no instances; run the probe (gpu_topology role) first")
-    for instance in instances:
-        rendered = render_instance(spec, instance, vllm_version, model_config=model_config, topology=topology)
-        errors += [f"{rendered.name}: {m}" for m in rendered.errors]
-        warnings += [f"{rendered.name}: {m}" for m in rendered.warnings]
-    return errors, warnings

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.host import InstancePlan
 
 # Task names of roles/vllm_rollout that mark a step of a host's turn (the CLI prints them as progress).
 STEP_PREFIX = "Rollout step - "
@@ -248,22 +249,18 @@ def instance_names(file_names: Iterable[str], unit_prefix: str = "vllm-fleet-") 
 def plan_identity(plans: Iterable[Mapping[str, Any] | str]) -> dict[str, Any]:
     """What a host serves, from its `<instance>.json` plans: vLLM version and the argv hash per instance.
 
-    Plans may arrive as JSON text (slurped files) or dicts. Unknown shapes give None fields, never an error:
-    the summary must still be written for a host whose plan is missing or foreign.
+    Plans may arrive as JSON text (slurped files) or dicts. What is not an instance plan of this schema (an
+    older vllm-fleet's file, a foreign JSON) counts as unknown, never an error: the summary must still be
+    written for such a host, and its next deploy rewrites the file.
     """
     instances: dict[str, str | None] = {}
     versions: set[str] = set()
     for raw in plans:
-        plan = _as_mapping(raw)
+        plan = _instance_plan(raw)
         if plan is None:
             continue
-        name = str(
-            plan.get("instance") or plan.get("name") or _nested(plan, "layout", "name") or len(instances)
-        )
-        instances[name] = argv_hash(plan.get("argv"))
-        version = plan.get("vllm_version") or plan.get("version")
-        if version:
-            versions.add(str(version))
+        instances[plan.name] = argv_hash(plan.argv)
+        versions.add(plan.vllm_version)
     combined = argv_hash([f"{k}={v}" for k, v in sorted(instances.items())]) if instances else None
     return {
         "version": ",".join(sorted(versions)) or None,
@@ -272,23 +269,16 @@ def plan_identity(plans: Iterable[Mapping[str, Any] | str]) -> dict[str, Any]:
     }
 
 
-def _as_mapping(raw: Mapping[str, Any] | str) -> Mapping[str, Any] | None:
-    if isinstance(raw, Mapping):
-        return raw
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError):
-        return None
-    return value if isinstance(value, Mapping) else None
-
-
-def _nested(data: Mapping[str, Any], *keys: str) -> Any:
-    value: Any = data
-    for key in keys:
-        if not isinstance(value, Mapping):
+def _instance_plan(raw: Mapping[str, Any] | str) -> InstancePlan | None:
+    if not isinstance(raw, Mapping):
+        try:
+            raw = json.loads(raw)
+        except (TypeError, ValueError):
             return None
-        value = value.get(key)
-    return value
+    try:
+        return InstancePlan.from_dict(raw)
+    except FleetInputError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- summary

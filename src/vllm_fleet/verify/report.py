@@ -12,14 +12,13 @@ import json
 import math
 import os
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.sizes import parse_human_int
+from vllm_fleet.plan.host import InstancePlan, connect_address
 from vllm_fleet.verify.logcheck import _EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
 from vllm_fleet.verify.logcheck import Check, check_log, parse_log
 from vllm_fleet.verify.metrics import MetricsSummary, summarize_metrics
@@ -213,78 +212,23 @@ class ApiTarget:
         }
 
 
-def _argv_options(argv: Sequence[str]) -> dict[str, str]:
-    """`--flag value` / `--flag=value` pairs of a `vllm serve` argv (a bare flag maps to "")."""
-    options: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--"):
-            name, eq, value = arg[2:].partition("=")
-            name = name.replace("_", "-")
-            if eq:
-                options[name] = value
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                options[name] = argv[i + 1]
-                i += 1
-            else:
-                options[name] = ""
-        i += 1
-    return options
-
-
-def _model_path(argv: Sequence[str]) -> str:
-    """The positional model of `... serve MODEL ...`."""
-    for i, arg in enumerate(argv):
-        if arg == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            return argv[i + 1]
-    return ""
-
-
-def api_target(
-    plan: Mapping[str, Any], *, unit_prefix: str = "vllm-fleet-", address: str | None = None
-) -> ApiTarget:
-    """Where and what to ask, from an instance plan: argv (list or string), port, instance name.
+def api_target(plan: Mapping[str, Any] | InstancePlan, *, address: str | None = None) -> ApiTarget:
+    """Where and what to ask, from an instance plan (`InstancePlan` or its JSON, the file deploy writes).
 
     The address is the one vLLM listens on (`--host`), so nothing needs to listen beyond what the inventory
-    asks; a wildcard `--host` (or none) is reached on loopback.
-    """
-    name = str(plan.get("instance") or plan.get("name") or "")
-    if not name:
-        raise FleetInputError(
-            f"instance plan has no 'instance' (or 'name'); got keys {sorted(plan)}: "
-            "is this an /etc/vllm-fleet/<instance>.json written by vllm_service?"
-        )
-    argv_raw = plan.get("argv") or []
-    argv = shlex.split(argv_raw) if isinstance(argv_raw, str) else [str(a) for a in argv_raw]
-    options = _argv_options(argv)
-    port_raw = plan.get("port") or options.get("port") or 8000
-    try:
-        port = int(port_raw)
-    except (TypeError, ValueError) as exc:
-        raise FleetInputError(f"instance plan {name}: port {port_raw!r} is not an integer") from exc
-    expectations = plan.get("expectations") or {}
-    host = address or options.get("host") or ""
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"
-    model = _model_path(argv) or str(options.get("model", ""))
-    served = (options.get("served-model-name") or "").split()[:1] or [model]
-    max_len = expectations.get("max_model_len")
-    if max_len is None and options.get("max-model-len") not in (None, "", "-1", "auto"):
-        max_len = parse_human_int(options["max-model-len"], f"instance plan {name}: --max-model-len")
-    prefix = "no-enable-prefix-caching" not in options and "disable-prefix-caching" not in options
-    spec = any(k.startswith("speculative-config") for k in options) or "spec-method" in options
-    spec = bool(expectations.get("spec_decode", spec))
+    asks; a wildcard (or none) is reached on loopback."""
+    if not isinstance(plan, InstancePlan):
+        plan = InstancePlan.from_dict(plan)
     return ApiTarget(
-        instance=name,
-        unit=str(plan.get("unit") or f"{unit_prefix}{name}.service"),
-        address=host,
-        port=port,
-        served_model_name=served[0],
-        max_model_len=int(max_len) if max_len is not None else None,
-        prefix_caching=prefix,
-        spec_decode=spec,
-        model_path=model,
+        instance=plan.name,
+        unit=plan.unit,
+        address=connect_address(address or plan.address),
+        port=plan.port,
+        served_model_name=plan.served_model_name,
+        max_model_len=plan.max_model_len,
+        prefix_caching=plan.prefix_caching,
+        spec_decode=plan.spec_decode,
+        model_path=plan.model,
     )
 
 
@@ -715,7 +659,7 @@ def check_readiness(readiness: Mapping[str, Any]) -> list[Check]:
 def build_report(
     *,
     host: str,
-    plan: Mapping[str, Any],
+    plan: Mapping[str, Any] | InstancePlan,
     journal: str,
     unit_show: str,
     api: Mapping[str, Mapping[str, Any] | None],
@@ -723,7 +667,6 @@ def build_report(
     metrics_after: str | None,
     thresholds: Thresholds | None = None,
     readiness: Mapping[str, Any] | None = None,
-    unit_prefix: str = "vllm-fleet-",
     address: str | None = None,
 ) -> InstanceReport:
     """Every check of one instance: the startup log against the plan's expectations, the API, /metrics.
@@ -732,7 +675,8 @@ def build_report(
     only: checking a dead instance's API would only repeat the same failure many times.
     """
     thresholds = thresholds or Thresholds()
-    target = api_target(plan, unit_prefix=unit_prefix, address=address)
+    instance = plan if isinstance(plan, InstancePlan) else InstancePlan.from_dict(plan)
+    target = api_target(instance, address=address)
     unit = parse_systemctl_show(unit_show, target.unit)
     readiness = dict(readiness or {})
     checks: list[Check] = check_readiness(readiness) if readiness else []
@@ -743,7 +687,7 @@ def build_report(
         log_report = parse_log(journal_text(journal, unit.main_pid))
         log = _log_dict(log_report)
         # A healthy start logs its readiness and no fatal line, whatever else the plan expects.
-        expectations = {"ready": True, "no_errors": True, **log_expectations(plan.get("expectations") or {})}
+        expectations = {"ready": True, "no_errors": True, **log_expectations(instance.expectations)}
         checks.extend(check_log(log_report, expectations))
         checks.append(check_restarts(unit, thresholds))
         checks.append(check_health(target, api.get("health")))

@@ -1,0 +1,81 @@
+"""Action plugin: the host's plan, built once on the controller, and every role's argument spec checked.
+
+Thin by design: the plan is `vllm_fleet.plan.build.build_host_plan` (layout, serve command, rules, capacity,
+fleet checks); the variables are read and the argument specs checked by `vllm_fleet.plan.inventory` with
+ansible-core's own Templar and ArgumentSpecValidator, exactly as `vllm-fleet plan --inventory` does. Touches
+no host. Fails with every error of the host at once; returns the plan as the fact `vllm_fleet_plan`
+(`HostPlan.to_dict()`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.plan.inventory import argument_spec_errors, role_variables
+from vllm_fleet.plan.model_config import model_config_from
+from vllm_fleet.probe.topology import Topology
+
+display = Display()
+
+ARGUMENT_SPEC = {
+    "topology": {"type": "dict", "required": True},
+    "source": {"type": "str", "default": "probed live"},
+    "vllm_version": {"type": "str", "required": True},
+    "model_config": {"type": "raw"},
+    "model_config_read": {"type": "dict", "default": {}},
+    "roles_dir": {"type": "path", "required": True},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def _template(self, value: Any, available: dict[str, Any]) -> Any:
+        return self._templar.copy_with_new_env(available_variables=available).template(value)
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(ARGUMENT_SPEC)
+        host = task_vars.get("inventory_hostname", "localhost")
+        roles_dir = Path(args["roles_dir"])
+        try:
+            given, variables = role_variables(task_vars, roles_dir, self._template)
+            errors = argument_spec_errors(roles_dir, given)
+            config, config_source = model_config_from(
+                args["model_config"],
+                args["model_config_read"],
+                base_dir=task_vars.get("inventory_dir") or ".",
+                model=str(variables.get("vllm_service_model") or ""),
+            )
+            plan = build_host_plan(
+                host,
+                variables,
+                Topology.from_dict(args["topology"]),
+                vllm_version=args["vllm_version"],
+                source=args["source"],
+                model_config=config,
+                model_config_source=config_source,
+            )
+        except FleetInputError as exc:
+            raise AnsibleActionFail(f"vllm_fleet_plan ({host}): {exc}") from exc
+        plan.errors[:0] = errors
+        for warning in plan.warnings:
+            display.warning(f"vllm_fleet_plan ({host}) {warning}")
+        data = plan.to_dict()
+        result.update(changed=False, ansible_facts={"vllm_fleet_plan": data}, plan=data)
+        if plan.errors:
+            result["failed"] = True
+            result["msg"] = (
+                f"vllm_fleet_plan ({host}): {len(plan.errors)} error(s); nothing was changed on any host:\n- "
+                + "\n- ".join(plan.errors)
+            )
+        return result

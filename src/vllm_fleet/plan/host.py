@@ -1,0 +1,174 @@
+"""The plan of one host: what every later stage reads, built once (`vllm_fleet.plan.build.build_host_plan`).
+
+    HostPlan      the host: its instances, what they need from the host, where the facts came from
+    InstancePlan  one `vllm serve` process: layout (GPUs, NUMA binding, env), argv, capacity, expectations
+
+`InstancePlan.to_dict()` is the document deploy writes to `/etc/vllm-fleet/<instance>.json` and the instance
+entry of `vllm-fleet plan --json` / `reports/plan/<host>.json`; verify and rollout read it back with
+`InstancePlan.from_dict`. Nothing is parsed back out of the argv: the plan says where the API listens, what it
+serves and what vLLM's startup lines must show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from vllm_fleet.errors import FleetInputError
+
+SCHEMA_VERSION = 1
+WILDCARD_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
+
+
+def connect_address(listen: str | None) -> str:
+    """Where a client on the host itself reaches an API listening on `listen` (wildcards: loopback)."""
+    return "127.0.0.1" if (listen or "") in WILDCARD_ADDRESSES else str(listen)
+
+
+@dataclass(frozen=True)
+class InstanceNeeds:
+    """What one instance needs from its host beyond its GPUs; host_tuning sizes the host for the sum."""
+
+    cpu_kv_bytes: int = 0  # the CPU KV tier (vLLM >= 0.20 maps it in /dev/shm)
+    shm_bytes: int = 0  # of /dev/shm: the CPU KV tier where the release maps it there, else 0
+    numa_nodes: tuple[
+        int, ...
+    ] = ()  # the nodes its memory is bound to (memory for the tier comes from there)
+    port: int | None = None
+
+
+@dataclass
+class InstancePlan:
+    name: str
+    host: str
+    unit: str
+    vllm_version: str  # the release's public part (0.32.0, never 0.32.0+cpu)
+    catalog_release: str  # the flag catalog's release the argv was checked against
+    model: str
+    served_model_name: str
+    max_model_len: int | None
+    address: str  # the address vLLM listens on (--host), "" for its default
+    port: int
+    device: str  # "cuda" | "cpu"
+    gpus: list[int]
+    tensor_parallel_size: int
+    numa_binding: dict[str, Any]
+    argv: list[str]
+    exec_start: str
+    shell: str
+    env: dict[str, str]  # what the EnvironmentFile holds besides the secrets
+    secret_env_names: list[str]
+    prefix_caching: bool
+    spec_decode: bool
+    capacity: dict[str, Any] | None  # vllm_fleet.plan.capacity.CapacityPlan.to_dict(), None when not planned
+    expectations: dict[str, Any]  # what verify checks in vLLM's startup lines (vllm_fleet.verify.logcheck)
+    needs: InstanceNeeds
+    layout: dict[str, Any]  # the layout instance (reasons, warnings, CUDA_VISIBLE_DEVICES, ...)
+    warnings: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def base_url(self) -> str:
+        address = connect_address(self.address)
+        return f"http://[{address}]:{self.port}" if ":" in address else f"http://{address}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["instance"] = data.pop("name")
+        data["needs"]["numa_nodes"] = list(self.needs.numa_nodes)
+        data["base_url"] = self.base_url
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "instance plan") -> InstancePlan:
+        """From `to_dict()` output (a deploy's `/etc/vllm-fleet/<instance>.json` or a `plan --json` entry)."""
+        if not isinstance(data, Mapping):
+            raise FleetInputError(
+                f"{where}: expected a JSON object (an instance plan), got {type(data).__name__}"
+            )
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise FleetInputError(
+                f"{where}: schema_version {version!r}, this vllm-fleet reads {SCHEMA_VERSION}; "
+                "it was written by another vllm-fleet release (or is not an instance plan): "
+                "run preflight and deploy again"
+            )
+        values = {k: v for k, v in data.items() if k not in ("instance", "base_url", "needs")}
+        values["name"] = data.get("instance")
+        needs = dict(data.get("needs") or {})
+        needs["numa_nodes"] = tuple(needs.get("numa_nodes") or ())
+        try:
+            values["needs"] = InstanceNeeds(**needs)
+            known = {f.name for f in fields(cls)}
+            missing = sorted(n for n in known if n not in values and n not in ("warnings", "schema_version"))
+            if missing:
+                raise TypeError(f"missing {', '.join(missing)}")
+            return cls(**{k: v for k, v in values.items() if k in known})
+        except TypeError as exc:
+            raise FleetInputError(
+                f"{where}: not an instance plan of schema {SCHEMA_VERSION} ({exc})"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class HostNeeds:
+    """The sums host_tuning provides for: every instance's CPU KV tier and /dev/shm share, bound nodes."""
+
+    cpu_kv_bytes: int
+    shm_bytes: int
+    cpu_kv_bytes_by_instance: dict[str, int]
+    bound_numa_nodes: tuple[int, ...]  # nodes some instance is bound to (kernel.numa_balancing off there)
+
+
+@dataclass
+class HostPlan:
+    host: str
+    vllm_version: str
+    source: str  # where the facts came from: "probed live" | "recorded: <dir>"
+    cpu_only: bool
+    model_config_source: str  # where the model's config.json was read, or why it was not
+    instances: list[InstancePlan]
+    needs: HostNeeds
+    layout: dict[str, Any]  # the layout's host-level part: tensor_parallel_size, idle GPUs, reasons, warnings
+    report: str = ""  # the readable report: GPUs, links, NUMA, P2P and the layout with its reasons
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["instances"] = [i.to_dict() for i in self.instances]
+        data["needs"]["bound_numa_nodes"] = list(self.needs.bound_numa_nodes)
+        data["ok"] = self.ok
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "host plan") -> HostPlan:
+        if not isinstance(data, Mapping) or data.get("schema_version") != SCHEMA_VERSION:
+            raise FleetInputError(
+                f"{where}: not a host plan of schema {SCHEMA_VERSION}; run playbooks/preflight.yml (or "
+                "vllm-fleet plan --inventory) again"
+            )
+        needs = dict(data.get("needs") or {})
+        needs["bound_numa_nodes"] = tuple(needs.get("bound_numa_nodes") or ())
+        return cls(
+            host=str(data["host"]),
+            vllm_version=str(data["vllm_version"]),
+            source=str(data.get("source") or ""),
+            cpu_only=bool(data.get("cpu_only")),
+            model_config_source=str(data.get("model_config_source") or ""),
+            instances=[
+                InstancePlan.from_dict(i, where=f"{where} instance {n}")
+                for n, i in enumerate(data.get("instances") or [])
+            ],
+            needs=HostNeeds(**needs),
+            layout=dict(data.get("layout") or {}),
+            report=str(data.get("report") or ""),
+            errors=list(data.get("errors") or []),
+            warnings=list(data.get("warnings") or []),
+        )

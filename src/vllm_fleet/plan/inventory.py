@@ -1,0 +1,154 @@
+"""Every host's plan from an Ansible inventory, without touching a host (`vllm-fleet plan --inventory`).
+
+The one module of the library that imports ansible-core: the inventory, its group and host variables and
+their templates are read with ansible-core's own InventoryManager, VariableManager and Templar, the roles'
+argument specs are checked with its ArgumentSpecValidator, so the plan seen here is the plan preflight builds
+(the `vllm_fleet_plan` action plugin calls the same functions). Facts come from recorded outputs
+(`gpu_topology_recorded_dir`) or from the probe's saved report (`reports/probe/<host>.json`, probe.yml).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.plan.host import HostPlan
+from vllm_fleet.plan.model_config import model_config_from
+from vllm_fleet.probe.topology import Topology, build_topology_from_dir
+
+DEFAULT_VLLM_VERSION = "0.32.0"  # roles/vllm_install/defaults/main.yml, for an inventory that sets no pin
+
+
+def roles_of(roles_dir: Path) -> list[Path]:
+    return [p for p in sorted(roles_dir.iterdir()) if (p / "meta" / "argument_specs.yml").is_file()]
+
+
+def role_defaults(roles_dir: Path) -> dict[str, Any]:
+    """Every role's defaults, loaded by ansible-core's DataLoader (so their templates are trusted as such)."""
+    from ansible.parsing.dataloader import DataLoader
+
+    loader = DataLoader()
+    defaults: dict[str, Any] = {}
+    for role in roles_of(roles_dir):
+        path = role / "defaults" / "main.yml"
+        if path.is_file():
+            defaults.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
+    return defaults
+
+
+def role_variables(
+    host_vars: Mapping[str, Any], roles_dir: Path, template: Callable[[Any, dict[str, Any]], Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(what the inventory sets, what the roles will see: their defaults under it), both templated.
+
+    Role defaults are no variables of a play without the role; they are read here so that the plan sees what
+    the roles see later (vllm_service_model defaults to vllm_install_model_path, for one)."""
+    prefixes = tuple(f"{p.name}_" for p in roles_of(roles_dir))
+    defaults = role_defaults(roles_dir)
+    available = {**defaults, **host_vars}
+    own = [n for n in host_vars if isinstance(n, str) and n.startswith(prefixes)]
+    merged = {n: v for n, v in defaults.items() if n.startswith(prefixes)}
+    merged.update({n: host_vars[n] for n in own})
+    seen = {name: template(value, available) for name, value in merged.items()}
+    return {n: seen[n] for n in own}, seen
+
+
+def _loose(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec without `required` and defaults: a role's default provides what the inventory leaves unset."""
+    out = {}
+    for name, option in options.items():
+        option = {k: v for k, v in option.items() if k not in ("required", "description", "default")}
+        if isinstance(option.get("options"), dict):
+            option["options"] = _loose(option["options"])
+        out[name] = option
+    return out
+
+
+def argument_spec_errors(roles_dir: Path, given: Mapping[str, Any]) -> list[str]:
+    """Every role's `meta/argument_specs.yml` (entry point main) against the variables the inventory sets."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    errors: list[str] = []
+    for role in roles_of(roles_dir):
+        path = role / "meta" / "argument_specs.yml"
+        options = (yaml.safe_load(path.read_text()) or {})["argument_specs"]["main"]["options"]
+        present = {name: given[name] for name in options if name in given}
+        if not present:
+            continue
+        result = ArgumentSpecValidator(_loose(options)).validate(present)
+        errors += [
+            f"{role.name}: {message} (roles/{role.name}/meta/argument_specs.yml)"
+            for message in result.error_messages
+        ]
+    return errors
+
+
+def facts_topology(host: str, variables: Mapping[str, Any], probe_dir: Path) -> tuple[Topology, str]:
+    """The host's topology from recorded outputs or the probe's saved report, and where it came from."""
+    recorded = variables.get("gpu_topology_recorded_dir")
+    if recorded:
+        return build_topology_from_dir(str(recorded)), f"recorded: {recorded}"
+    report = probe_dir / f"{host}.json"
+    if report.is_file():
+        data = json.loads(report.read_text())
+        return Topology.from_dict(data["topology"]), f"probe report: {report}"
+    raise FleetInputError(
+        f"{host}: no facts to plan from: set gpu_topology_recorded_dir (a folder of recorded outputs) or run "
+        f"playbooks/probe.yml first (it writes {report})"
+    )
+
+
+def plan_inventory(
+    inventory: str, *, project_dir: Path, limit: str | None = None, probe_dir: Path | None = None
+) -> dict[str, HostPlan]:
+    """{host: plan} for every host of the inventory (or those `limit` selects), in inventory order."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[inventory])
+    if limit:
+        manager.subset(limit)
+    variables_of = VariableManager(loader=loader, inventory=manager)
+    hosts = manager.get_hosts()
+    if not hosts:
+        matching = f" match --limit {limit}" if limit else ""
+        raise FleetInputError(f"--inventory {inventory}: no hosts{matching}")
+    roles_dir = project_dir / "roles"
+    probe_dir = probe_dir or project_dir / "reports" / "probe"
+
+    def template(value: Any, available: dict[str, Any]) -> Any:
+        return Templar(loader=loader, variables=available).template(value)
+
+    plans: dict[str, HostPlan] = {}
+    for host in hosts:
+        host_vars = variables_of.get_vars(host=host, include_hostvars=False)
+        given, variables = role_variables(host_vars, roles_dir, template)
+        errors = argument_spec_errors(roles_dir, given)
+        topology, source = facts_topology(host.name, variables, probe_dir)
+        config, config_source = model_config_from(
+            variables.get("vllm_service_model_config"),
+            None,
+            base_dir=str(host_vars.get("inventory_dir") or "."),
+            model=str(variables.get("vllm_service_model") or ""),
+        )
+        plan = build_host_plan(
+            host.name,
+            variables,
+            topology,
+            vllm_version=str(variables.get("vllm_install_version") or DEFAULT_VLLM_VERSION),
+            source=source,
+            model_config=config,
+            model_config_source=config_source,
+        )
+        plan.errors[:0] = errors
+        plans[host.name] = plan
+    return plans

@@ -1,0 +1,159 @@
+"""One plan per host, against a fresh lab host (real systemd, apt, sshd; nothing of vllm-fleet installed yet).
+
+- site.yml with one bad variable of any role stops in preflight, naming the variable; the host is left
+  exactly as it was (no service user, no venv, no /etc/vllm-fleet): the roles' argument specs are checked by
+  the plan before the first play that changes anything;
+- a max_model_len beyond what the model's own config.json supports is refused from that config.json, read
+  from the host (read-only) before anything is installed;
+- site.yml then converges; the plan deploy writes (/etc/vllm-fleet/i0.json) is the plan preflight wrote
+  (reports/plan/<host>.json) and the plan `vllm-fleet plan --inventory` prints for the same inventory;
+  a second site.yml changes nothing and restarts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+LAB = "plan-it"
+LAB_ROOT = Path(os.environ.get("VLLM_FLEET_LAB_ROOT", "/var/lib/vllm-fleet-lab"))
+NOTHING_INSTALLED = "! id vllm && test ! -e /opt/vllm-fleet && test ! -e /etc/vllm-fleet && echo untouched"
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    }
+
+
+def run(argv: list[str], timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def site(inv: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            str(inv),
+            "site.yml",
+            "-e",
+            f"vllm_fleet_report_dir={reports}",
+            "-e",
+            f"vllm_verify_report_dir={reports}/verify",
+            *extra,
+        ]
+    )
+
+
+def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    line = proc.stdout.split("PLAY RECAP")[-1].split("\n")
+    host = next(part for part in line if part.startswith(LAB))
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", host)}
+
+
+def on_host(inv: Path, command: str) -> str:
+    proc = run(
+        [str(BIN / "ansible"), "-i", str(inv), "all", "-o", "-m", "ansible.builtin.shell", "-a", command]
+    )
+    out = proc.stdout.split("(stdout) ", 1)[-1] if "(stdout) " in proc.stdout else proc.stdout
+    return out.replace("\\n", "\n").strip()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    if os.geteuid() != 0:
+        pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
+    work = tmp_path_factory.mktemp("plan-lab")
+    inventory = work / "inventory.yml"
+    (work / "group_vars" / "lab").mkdir(parents=True)
+    shutil.copy(
+        ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", work / "group_vars" / "lab" / "vllm.yml"
+    )
+    up = run(
+        [str(BIN / "vllm-fleet"), "lab", "up", "--name", LAB, "--hosts", "1", "--inventory", str(inventory)]
+    )
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield inventory, work
+    finally:
+        run([str(BIN / "vllm-fleet"), "lab", "down", "--name", LAB], timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("gpu_topology_show_report", "loudly"),
+        ("nvidia_driver_mode", "upgrade"),
+        ("cuda_toolkit_enabled", "perhaps"),
+        ("vllm_install_pip_timeout", "long"),
+        ("host_tuning_thp_enabled", "sometimes"),
+        ("vllm_service_start_timeout", "soon"),
+        ("vllm_service_manage_state", "maybe"),
+        ("vllm_verify_ready_timeout", "later"),
+        ("vllm_rollout_history_keep", "all"),
+        ("vllm_service_max_model_len", "4096"),  # the tiny model has 2,048 positions (its config.json)
+    ],
+)
+def test_a_bad_variable_stops_site_yml_in_preflight_before_any_change(
+    lab: tuple[Path, Path], variable: str, value: str
+) -> None:
+    inventory, work = lab
+    proc = site(inventory, work / "bad", "-e", f"{variable}={value}")
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    failed = proc.stdout.split("fatal: ", 1)[-1]
+    assert "vllm_fleet_plan" in failed and variable in failed and value in failed, proc.stdout[-3000:]
+    assert "TASK [nvidia_driver" not in proc.stdout  # no play after preflight started
+    assert on_host(inventory, NOTHING_INSTALLED).endswith("untouched")
+
+
+def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(lab: tuple[Path, Path]) -> None:
+    inventory, work = lab
+    reports = work / "reports"
+    first = site(inventory, reports)
+    assert first.returncode == 0, first.stdout[-5000:]
+    host = next(iter(json.loads((reports / "plan" / f"{LAB}-1.json").read_text())["instances"]))
+    deployed = json.loads(on_host(inventory, "cat /etc/vllm-fleet/i0.json"))
+    assert deployed == host
+    # The CLI plans the same host from the facts preflight kept and the tiny model's config.json on the
+    # controller (the lab's cached copy of what the host reads), without touching the host.
+    (config,) = LAB_ROOT.glob("cache/model-tiny-*/config.json")
+    (work / "group_vars" / "lab" / "zz-model.yml").write_text(
+        yaml.safe_dump({"vllm_service_model_config": str(config)})
+    )
+    cli = run(
+        [
+            str(BIN / "vllm-fleet"),
+            "plan",
+            "--inventory",
+            str(inventory),
+            "--facts",
+            str(reports / "probe"),
+            "--json",
+        ]
+    )
+    (work / "group_vars" / "lab" / "zz-model.yml").unlink()
+    assert cli.returncode == 0, cli.stderr
+    planned = json.loads(cli.stdout)["hosts"][f"{LAB}-1"]["instances"][0]
+    assert planned == host
+
+    before = on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0")
+    second = site(inventory, reports)
+    assert second.returncode == 0, second.stdout[-5000:]
+    assert recap(second)["changed"] == 0, second.stdout[-5000:]
+    assert on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0") == before
