@@ -154,9 +154,8 @@ def test_the_hardened_unit_runs_the_real_vllm_and_passes_verify(deployed) -> Non
     (path,) = deployed["reports"].glob("*--i0.json")
     report = json.loads(path.read_text())
     assert report["ok"], [c for c in report["checks"] if not c["ok"]]
-    assert {"api_completion", "api_chat_completion", "kv_cache_tokens"} <= {
-        c["name"] for c in report["checks"]
-    }
+    # the real API answered through the sandbox: a completion and a chat completion, with the key
+    assert {"api_completion", "api_chat_completion"} <= {c["name"] for c in report["checks"] if c["ok"]}
     inv, work = deployed["inv"], deployed["work"]
     pid = on_host(inv, work / "t", ["systemctl", "show", "-p", "MainPID", "--value", UNIT])["stdout"].strip()
     status = on_host(
