@@ -175,8 +175,12 @@ def test_deploy_binds_the_instance_and_removes_the_one_that_left(inv: Path) -> N
     cpus = re.search(r"Cpus_allowed_list:\s+(\S+)", status).group(1)
     assert cpus == (f"{node0[0]}-{node0[-1]}" if len(node0) > 1 else node0[0]), status
     assert re.search(r"Mems_allowed_list:\s+0$", status, re.M), status
+    # the lab's API has a key (inventory/group_vars/lab/vllm.yml): read on the host from the 0600 env file
+    key = "$(sed -n 's/^VLLM_API_KEY=\"\\(.*\\)\"$/\\1/p' /etc/vllm-fleet/i0.env)"
     listing = on_host(
-        inv, "ls /etc/systemd/system/ /etc/vllm-fleet/; curl -s http://127.0.0.1:8000/v1/models"
+        inv,
+        "ls /etc/systemd/system/ /etc/vllm-fleet/; "
+        f'curl -s -H "Authorization: Bearer {key}" http://127.0.0.1:8000/v1/models',
     )
     assert "vllm-fleet-i1.service" not in listing and "i1.json" not in listing
     assert '"id":"tiny"' in listing

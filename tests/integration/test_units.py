@@ -63,6 +63,10 @@ SEED_VARS: dict[str, Any] = {
 }
 
 
+# Instances without an API key whose tests are not about exposure say so (no host set binds every interface).
+OPEN = {"vllm_service_allow_unauthenticated": True}
+
+
 def layouts() -> dict[str, tuple[Any, Any]]:
     cpu = build_topology_from_texts({"lscpu": (RECORDED / "h200x2" / "lscpu.txt").read_text()})
     return {
@@ -77,7 +81,11 @@ def instance_plans(name: str, version: str = "0.32.0", **variables: Any) -> list
     """The instances build_host_plan makes for one recorded layout (rules the seed's own model would judge
     are not these tests' concern: no config.json, capacity unchecked)."""
     topology, tp = layouts()[name]
-    base = SEED_VARS if topology.gpus else {"vllm_service_model": "/srv/m", "vllm_service_dtype": "bfloat16"}
+    base = (
+        SEED_VARS
+        if topology.gpus
+        else {**OPEN, "vllm_service_model": "/srv/m", "vllm_service_dtype": "bfloat16"}
+    )
     plan = build_host_plan(
         "h",
         {**base, "vllm_service_tensor_parallel_size": tp, "vllm_service_capacity_check": False, **variables},

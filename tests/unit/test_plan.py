@@ -118,7 +118,12 @@ def test_vllm_service_port_is_the_first_instance_port() -> None:
     topology_source = plan.source.removeprefix("recorded: ")
     plan = build_host_plan(
         "h",
-        {"vllm_service_model": "/m", "vllm_service_port": 9000, "gpu_topology_recorded_dir": topology_source},
+        {
+            "vllm_service_model": "/m",
+            "vllm_service_host": "127.0.0.1",
+            "vllm_service_port": 9000,
+            "gpu_topology_recorded_dir": topology_source,
+        },
         _recorded(topology_source),
         vllm_version="0.33.0",
         model_config=json.loads((ROOT / "inventory/examples/models/qwen3.6-27b.config.json").read_text()),
@@ -151,7 +156,11 @@ def test_max_model_len_beyond_the_models_positions_is_refused() -> None:
     """The tiny lab model has 2,048 positions (its config.json); vLLM refuses a longer max_model_len."""
     plan = build_host_plan(
         "lab-1",
-        {"vllm_service_model": "/srv/vllm-fleet-lab/models/tiny", "vllm_service_max_model_len": 4096},
+        {
+            "vllm_service_model": "/srv/vllm-fleet-lab/models/tiny",
+            "vllm_service_host": "127.0.0.1",
+            "vllm_service_max_model_len": 4096,
+        },
         cpu_topology(),
         vllm_version="0.32.0",
         model_config=TINY_CONFIG,

@@ -160,10 +160,16 @@ def test_tp_that_contradicts_the_layout_is_an_error():
 
 
 def test_extra_args_are_checked_against_the_catalog():
-    ok = render_instance(seed_spec(extra_args=["--dtype", "bfloat16"]), rtx4090_instance(), "0.33.0")
-    assert ok.errors == [] and ok.argv[-2:] == ["--dtype", "bfloat16"]
-    bad = render_instance(seed_spec(extra_args=["--kv-cache-memory", "10G"]), rtx4090_instance(), "0.33.0")
-    assert any("abbreviation of --kv-cache-memory-bytes" in e for e in bad.errors)
+    extra = ["--chat-template-content-format", "string"]
+    ok = render_instance(seed_spec(extra_args=extra), rtx4090_instance(), "0.33.0")
+    assert ok.errors == [] and ok.argv[-2:] == extra
+    bad = render_instance(
+        seed_spec(extra_args=["--chat-template-content", "string"]), rtx4090_instance(), "0.33.0"
+    )
+    assert any("abbreviation of --chat-template-content-format" in e for e in bad.errors)
+    # the seed's own typo abbreviates a flag the schema renders: refused at once, naming the variable
+    with pytest.raises(FleetInputError, match="from vllm_service_kv_cache_memory_bytes"):
+        seed_spec(extra_args=["--kv-cache-memory", "10G"])
 
 
 def test_compact_json():

@@ -32,6 +32,7 @@ def test_sizes_and_lengths_take_vllm_suffixes():
     spec = ServeSpec.from_vars(
         {
             "vllm_service_model": "/m",
+            "vllm_service_host": "127.0.0.1",
             "vllm_service_kv_cache_memory_bytes": "10G",
             "vllm_service_kv_offload_cpu_bytes": "200GiB",
             "vllm_service_max_model_len": "32k",

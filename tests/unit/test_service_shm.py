@@ -32,7 +32,12 @@ def _filter():
 
 def _h200_plan(tier: int, version: str = "0.33.0", **more: object):
     """The recorded 2 x H200 host's plan (one TP2 instance over NV18) with a CPU KV tier of `tier` bytes."""
-    variables = {"vllm_service_model": "/m", "vllm_service_kv_offload_cpu_bytes": tier, **more}
+    variables = {
+        "vllm_service_model": "/m",
+        "vllm_service_host": "127.0.0.1",
+        "vllm_service_kv_offload_cpu_bytes": tier,
+        **more,
+    }
     return build_host_plan("h200", variables, build_topology_from_dir(H200X2), vllm_version=version)
 
 

@@ -15,9 +15,9 @@ from vllm_fleet.plan.tuning import (
     GOVERNOR_GLOB,
     PAGE_1G_KB,
     PAGE_2M_KB,
+    SYSFS_WRITE_SCRIPT,
     KvTierNeed,
     TuningOptions,
-    boot_commands,
     kernel_cmdline_for,
     kv_tier_needs,
     limits_conf,
@@ -27,6 +27,8 @@ from vllm_fleet.plan.tuning import (
     report_text,
     runtime_changes,
     sysctl_conf,
+    sysfs_write_argv,
+    tuning_unit_text,
     unit_exec_starts,
 )
 from vllm_fleet.probe.hoststate import HostState, parse_host_state
@@ -140,9 +142,10 @@ def test_full_plan_on_the_two_socket_host() -> None:
     assert "kernel.numa_balancing: 1 -> 0" in changes
     assert sysctl_conf(plan).endswith("kernel.numa_balancing = 0\n")
     assert "vllm hard memlock unlimited" in limits_conf(plan)
-    cmds = boot_commands(plan)
-    assert cmds[0] == "echo 56320 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
-    assert cmds[-1] == f'for f in {GOVERNOR_GLOB}; do echo performance > "$f"; done'
+    cmds = sysfs_write_argv(plan)
+    node0 = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
+    assert cmds[0] == ["/bin/sh", "-c", SYSFS_WRITE_SCRIPT, "sh", "56320", node0]
+    assert cmds[-1] == ["/bin/sh", "-c", SYSFS_WRITE_SCRIPT, "sh", "performance", GOVERNOR_GLOB]
 
 
 def test_one_gib_pages_go_on_the_kernel_command_line_and_need_a_reboot() -> None:
@@ -190,8 +193,25 @@ def test_bad_thp_and_numa_balancing_values_are_refused() -> None:
 def test_unit_exec_starts_escape_dollar_for_systemd() -> None:
     plan = plan_tuning(two_node_state(), kv_tier_needs(LAYOUT_2xTP2, GiB), TuningOptions())
     lines = unit_exec_starts(plan)
-    assert lines[-1] == f"/bin/sh -c 'for f in {GOVERNOR_GLOB}; do echo performance > \"$$f\"; done'"
-    assert all(line.startswith("/bin/sh -c '") and line.endswith("'") for line in lines)
+    script = SYSFS_WRITE_SCRIPT.replace("$", "$$").replace("%", "%%").replace("\\", "\\\\")
+    script = script.replace('"', '\\"')
+    assert lines[-1] == f'ExecStart=/bin/sh -c "{script}" sh performance "{GOVERNOR_GLOB}"'
+    assert all(line.startswith("ExecStart=/bin/sh -c ") for line in lines)
+    assert "ExecStart=" + lines[-1][len("ExecStart="):] in tuning_unit_text(plan)
+
+
+def test_the_sysfs_write_script_takes_the_value_as_an_argument(tmp_path) -> None:
+    """The real /bin/sh runs the script: the value lands in the file verbatim, a hostile value included, and
+    the glob expands (no variable is part of the script's text)."""
+    import subprocess
+
+    for name in ("a", "b"):
+        (tmp_path / f"cpu{name}").write_text("")
+    hostile = "performance; touch " + str(tmp_path / "pwned")
+    argv = ["/bin/sh", "-c", SYSFS_WRITE_SCRIPT, "sh", hostile, str(tmp_path / "cpu*")]
+    subprocess.run(argv, check=True, timeout=10)
+    assert (tmp_path / "cpua").read_text() == hostile + "\n" == (tmp_path / "cpub").read_text()
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_the_cpu_kv_tier_sizes_dev_shm_not_a_hugetlb_pool() -> None:

@@ -211,7 +211,11 @@ def test_tp_not_dividing_heads_is_the_layouts_refusal_naming_the_variable():
     topology = build_topology_from_dir(str(FIXTURES / "topology" / "recorded" / "8x4090-dual-socket"))
     plan = build_host_plan(
         "h",
-        {"vllm_service_model": "/m", "vllm_service_tensor_parallel_size": 4},
+        {
+            "vllm_service_model": "/m",
+            "vllm_service_host": "127.0.0.1",
+            "vllm_service_tensor_parallel_size": 4,
+        },
         topology,
         vllm_version="0.33.0",
         model_config=model_config("qwen3.6-27b"),
@@ -221,7 +225,11 @@ def test_tp_not_dividing_heads_is_the_layouts_refusal_naming_the_variable():
     llama_like["text_config"] = {**llama_like["text_config"], "num_attention_heads": 40}
     plan = build_host_plan(
         "h",
-        {"vllm_service_model": "/m", "vllm_service_tensor_parallel_size": 3},
+        {
+            "vllm_service_model": "/m",
+            "vllm_service_host": "127.0.0.1",
+            "vllm_service_tensor_parallel_size": 3,
+        },
         topology,
         vllm_version="0.33.0",
         model_config=llama_like,

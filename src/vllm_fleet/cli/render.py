@@ -2,7 +2,10 @@
 
     vllm-fleet render --vars group_vars/all/vllm_service.yml --vllm-version 0.33.0 \
         [--instance-json layout.json [--instance i1]] [--model-config config.json] [--topology-json t.json] \
-        [--shell] [--json]
+        [--shell | --unit] [--json]
+
+`--unit` prints the whole systemd unit vllm_service would write for that instance (the vllm_service_* unit
+variables of --vars apply: user, directories, prefix, limits); `--json` always carries it as `unit_text`.
 
 Exit status: 0 when the command is valid for that release, 1 when the validator found errors (they are in the
 output), 2 when an input is unusable (message on stderr naming it).
@@ -11,6 +14,7 @@ output), 2 when an input is unusable (message on stderr naming it).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
@@ -18,9 +22,12 @@ import yaml
 
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.cli.plan import load_model_config
+from vllm_fleet.deploy.service import ServiceOptions, instance_files
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.render.schema import ServeSpec
-from vllm_fleet.render.serve import render_instance
+from vllm_fleet.plan.build import instance_plan
+from vllm_fleet.plan.layout import Instance
+from vllm_fleet.render.schema import PREFIX, ServeSpec
+from vllm_fleet.render.serve import Rendered, render_instance
 
 
 def load_vars(path: str) -> dict[str, Any]:
@@ -74,8 +81,46 @@ def load_instance(path: str | None, name: str | None, spec: ServeSpec) -> dict[s
     raise FleetInputError(f"--instance: {name!r} is not in {path!r} (it has {names})")
 
 
+# The role's own variables for the unit (roles/vllm_service/vars/main.yml __vllm_service_options); the state
+# directory, python and ordering are the role's constants.
+UNIT_OPTIONS = tuple(
+    f.name for f in dataclasses.fields(ServiceOptions) if f.name not in ("state_dir", "python", "after")
+)
+
+
+def service_options(variables: dict[str, Any]) -> ServiceOptions:
+    """ServiceOptions from the vllm_service_* unit variables of a vars file (defaults where absent)."""
+    given: dict[str, Any] = {}
+    for name in UNIT_OPTIONS:
+        value = variables.get(PREFIX + name)
+        if value is None:
+            continue
+        given[name] = tuple(value) if name == "read_write_paths" else value
+    return ServiceOptions(**given)
+
+
+def unit_text_for(
+    spec: ServeSpec, rendered: Rendered, instance: dict[str, Any], variables: dict[str, Any]
+) -> str:
+    """The unit file vllm_service would write (secrets stay in the EnvironmentFile, never in the unit)."""
+    options = service_options(variables)
+    secrets = dict(spec.secret_env)
+    if spec.api_key:
+        secrets["VLLM_API_KEY"] = spec.api_key
+    plan = instance_plan(
+        "render",
+        spec,
+        Instance.from_dict(instance),
+        rendered,
+        env=spec.extra_env,
+        unit_prefix=options.unit_prefix,
+    )
+    return instance_files(plan, options=options, secret_env=secrets).unit_text
+
+
 def _handle(args: argparse.Namespace) -> int:
-    spec = ServeSpec.from_vars(load_vars(args.vars))
+    variables = load_vars(args.vars)
+    spec = ServeSpec.from_vars(variables)
     instance = load_instance(args.instance_json, args.instance, spec)
     model_config = load_model_config(args.model_config) if args.model_config else {}
     topology: dict[str, Any] = {}
@@ -89,8 +134,10 @@ def _handle(args: argparse.Namespace) -> int:
         spec, instance, args.vllm_version, model_config=model_config, topology=topology
     )
     result = rendered.to_dict()
+    unit = unit_text_for(spec, rendered, instance, variables)
+    result["unit_text"] = unit
     command = rendered.shell if args.shell else rendered.exec_start
-    lines = [command, ""]
+    lines = [unit if args.unit else command, ""]
     lines += [f"error: {e}" for e in rendered.errors]
     lines += [f"warning: {w}" for w in rendered.warnings]
     emit(result, args.json, "\n".join(lines))
@@ -113,6 +160,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--instance", help="instance name within --instance-json (default: the first)")
     parser.add_argument("--model-config", help="the model's config.json (enables the capacity checks)")
     parser.add_argument("--topology-json", help="topology JSON (P2P matrix, NUMA memory) for the host checks")
-    parser.add_argument("--shell", action="store_true", help="print the command quoted for a POSIX shell")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--shell", action="store_true", help="print the command quoted for a POSIX shell")
+    shown.add_argument(
+        "--unit", action="store_true", help="print the whole systemd unit that would be written"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

@@ -16,14 +16,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.flags import public_version
+from vllm_fleet.hostvalues import directive
 from vllm_fleet.plan.host import InstancePlan
-from vllm_fleet.render.serve import systemd_quote_word
 
 MARKER_KEY = "X-VllmFleet-Instance"  # systemd ignores X- keys; it names the instance a unit belongs to
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INSTANCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# The unit points every cache below the instance's home (ProtectSystem=strict leaves nothing else writable):
+# name -> path below the home. vllm_service_extra_env may not move them.
+CACHE_ENV = {
+    "HOME": "",
+    "XDG_CACHE_HOME": ".cache",
+    "XDG_CONFIG_HOME": ".config",
+    "VLLM_CACHE_ROOT": ".cache/vllm",
+    "VLLM_CONFIG_ROOT": ".config/vllm",
+    "HF_HOME": ".cache/huggingface",
+    "TRITON_CACHE_DIR": ".cache/triton",
+    "TORCHINDUCTOR_CACHE_DIR": ".cache/torchinductor",
+}
+# The device nodes a CUDA process opens, by their /proc/devices names (DevicePolicy=closed allows only
+# /dev/null, zero, full, random, urandom, tty, ptmx otherwise). Read on a real H200 host, driver 580
+# (tests/fixtures/hardening/seccomp-cuda-h200.txt): major 195 is "nvidia" (/dev/nvidiaN, /dev/nvidiactl,
+# also listed as "nvidiactl"), 238 "nvidia-uvm" (/dev/nvidia-uvm, -tools: cudaMalloc's unified memory), 241
+# "nvidia-caps" (/dev/nvidia-caps/*, read for MIG). A name the host lacks is skipped by systemd with a notice.
+GPU_DEVICE_ALLOW = ("char-nvidia rw", "char-nvidiactl rw", "char-nvidia-uvm rw", "char-nvidia-caps r")
+# Syscalls: systemd's @system-service set (it holds @resources: numactl's set_mempolicy/mbind, vLLM's
+# sched_setaffinity for its CPU threads; CUDA's mbind for pinned memory) minus the groups no inference server
+# needs. Found with real runs, not guessed: tests/integration/test_hardening_lab.py runs the real vLLM (CPU
+# build) and numactl under this filter in a lab host; scripts/seccomp_probe ran CUDA (cuBLAS, pinned memory,
+# graphs, NCCL, Triton, a spawned worker) on an H200 under the same allow list with nothing denied
+# (tests/fixtures/hardening/seccomp-cuda-h200.txt).
+SYSCALL_FILTER = ("@system-service", "~@privileged @obsolete @cpu-emulation @debug @mount @reboot @swap")
+# AF_NETLINK: getifaddrs(3), which NCCL, Gloo and psutil use to list interfaces, asks the kernel over netlink.
+ADDRESS_FAMILIES = ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK")
 
 # vLLM polls nothing itself: ExecStartPost waits here until /health answers, so systemd's start timeout is the
 # model-load deadline and `systemctl is-active` means "serving". It gives up as soon as the main process is
@@ -66,6 +93,35 @@ class ServiceOptions:
     python: str = "/usr/bin/python3"
     after: tuple[str, ...] = ("network-online.target", "vllm-fleet-tuning.service")
 
+    def __post_init__(self) -> None:
+        """Every option reaches a unit line or a path on the host: checked before anything is written."""
+        v = "vllm_service_"
+        for name in ("user", "group"):
+            hostvalues.user_name(getattr(self, name), v + name)
+        for name in ("config_dir", "unit_dir", "cache_dir", "state_dir", "python"):
+            hostvalues.absolute_path(getattr(self, name), v + name, spaces=False)
+        for i, path in enumerate(self.read_write_paths):
+            hostvalues.absolute_path(path, f"{v}read_write_paths[{i}]", example="/data/models")
+        hostvalues.matching(
+            self.unit_prefix,
+            v + "unit_prefix",
+            hostvalues.UNIT_PREFIX,
+            "a unit name prefix (letters, digits, ':', '_', '.', '-'; no '/' or '@')",
+            example="vllm-fleet-",
+        )
+        for unit in self.after:
+            hostvalues.unit_name(unit, "ServiceOptions.after")
+        for name in (
+            "start_timeout",
+            "restart_sec",
+            "start_limit_burst",
+            "start_limit_interval",
+            "limit_nofile",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise FleetInputError(f"{v}{name}: {value!r} is not a positive integer; give e.g. 15")
+
 
 @dataclass
 class InstanceFiles:
@@ -95,26 +151,20 @@ def check_instance_name(name: str) -> str:
     return name
 
 
-def env_file_text(env: Mapping[str, Any], *, what: str = "vllm_service_extra_env") -> str:
-    """A systemd EnvironmentFile: one KEY="value" per line, values double-quoted with `\\` and `"` escaped
-    (systemd unquotes them; no `$` expansion happens in these files)."""
+def env_file_text(
+    env: Mapping[str, Any], *, what: str = "vllm_service_extra_env", secret: frozenset[str] = frozenset()
+) -> str:
+    """A systemd EnvironmentFile: one KEY="value" per line (`directive('env', ...)` quotes it; systemd
+    unquotes it; no `$` expansion happens in these files). Values of the names in `secret` never appear in a
+    message."""
     lines = ["# Written by vllm-fleet (vllm_service). Mode 0600: it may hold secrets."]
     for key in sorted(env):
-        if not _ENV_NAME.fullmatch(str(key)):
-            raise FleetInputError(
-                f"{what}: {key!r} is not an environment variable name; use letters, digits and '_', "
-                "not starting with a digit"
-            )
+        hostvalues.env_name(key, what)
         value = env[key]
         if value is None:
             continue
         text = str(value).lower() if isinstance(value, bool) else str(value)
-        if "\n" in text:
-            raise FleetInputError(
-                f"{what}: the value of {key} spans lines; an EnvironmentFile cannot hold it"
-            )
-        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-        lines.append(f'{key}="{escaped}"')
+        lines.append(directive("env", key, text, variable=f"{what}.{key}", secret=key in secret))
     return "\n".join(lines) + "\n"
 
 
@@ -142,7 +192,7 @@ def exec_start_lines(argv: list[str]) -> str:
             groups.append([word])
         else:
             groups[-1].append(word)
-    lines = [" ".join(systemd_quote_word(w) for w in group) for group in groups]
+    lines = [directive("exec", "", *group, variable="vllm_service serve command")[1:] for group in groups]
     return "ExecStart=" + " \\\n    ".join(lines)
 
 
@@ -161,65 +211,81 @@ def unit_text(
     home = f"{options.cache_dir}/{name}"
     binding = layout_instance.get("numa_binding") or {}
     gpus = layout_instance.get("cuda_visible_devices") or "none (CPU)"
-    writable = " ".join(dict.fromkeys([options.cache_dir, *options.read_write_paths]))
-    wait = " ".join(systemd_quote_word(w) for w in [options.python, "-c", WAIT_READY, health_url])
-    cache_env = {
-        "HOME": home,
-        "XDG_CACHE_HOME": f"{home}/.cache",
-        "XDG_CONFIG_HOME": f"{home}/.config",
-        "VLLM_CACHE_ROOT": f"{home}/.cache/vllm",
-        "VLLM_CONFIG_ROOT": f"{home}/.config/vllm",
-        "HF_HOME": f"{home}/.cache/huggingface",
-        "TRITON_CACHE_DIR": f"{home}/.cache/triton",
-        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/torchinductor",
-    }
+    on_gpus = (layout_instance.get("device") or ("gpu" if layout_instance.get("gpus") else "cpu")) != "cpu"
+    writable = list(dict.fromkeys([options.cache_dir, *options.read_write_paths]))
+    cache_env = [f"{k}={home}/{sub}".rstrip("/") for k, sub in CACHE_ENV.items()]
+
+    def unit(key: str, *values: Any, variable: str = "") -> str:
+        return directive("unit", key, *values, variable=variable or key)
+
+    def words(key: str, *values: Any, variable: str = "") -> str:
+        return directive("unit-words", key, *values, variable=variable or key)
+
     lines = [
         f"# Written by vllm-fleet (vllm_service) for instance {name}: GPUs {gpus}, NUMA binding "
         f"{binding.get('mode', 'none')} {binding.get('nodes') or ''}".rstrip(),
         f"# vLLM {vllm_version}; the instance plan (argv, layout, expectations) is {plan_path}.",
         "[Unit]",
-        f"Description=vLLM instance {name} (vllm-fleet)",
-        f"Documentation=file:{plan_path}",
-        f"After={' '.join(options.after)}",
+        unit("Description", f"vLLM instance {name} (vllm-fleet)"),
+        unit("Documentation", f"file:{plan_path}", variable="vllm_service_config_dir"),
+        words("After", *options.after),
         "Wants=network-online.target",
         # A broken configuration stops after a few tries instead of restarting forever.
-        f"StartLimitIntervalSec={options.start_limit_interval}",
-        f"StartLimitBurst={options.start_limit_burst}",
-        f"{MARKER_KEY}={name}",
+        unit("StartLimitIntervalSec", options.start_limit_interval),
+        unit("StartLimitBurst", options.start_limit_burst),
+        unit(MARKER_KEY, name),
         "",
         "[Service]",
         "Type=exec",
-        f"User={options.user}",
-        f"Group={options.group}",
-        f"WorkingDirectory={home}",
-        *(f"Environment={k}={systemd_quote_word(v)}" for k, v in cache_env.items()),
-        f"EnvironmentFile={env_path}",
+        unit("User", options.user, variable="vllm_service_user"),
+        unit("Group", options.group, variable="vllm_service_group"),
+        unit("WorkingDirectory", home, variable="vllm_service_cache_dir"),
+        *(words("Environment", item, variable="vllm_service_cache_dir") for item in cache_env),
+        unit("EnvironmentFile", env_path, variable="vllm_service_config_dir"),
         exec_start_lines(argv),
         # Ready means /health answers: the start timeout below covers loading the model.
-        f"ExecStartPost={wait}",
-        f"TimeoutStartSec={options.start_timeout}",
+        directive(
+            "exec", "ExecStartPost", options.python, "-c", WAIT_READY, health_url, variable="vllm_service"
+        ),
+        unit("TimeoutStartSec", options.start_timeout),
         "TimeoutStopSec=120",
         "Restart=on-failure",
-        f"RestartSec={options.restart_sec}",
+        unit("RestartSec", options.restart_sec),
         # Pinned host buffers (the CPU KV tier) are locked memory.
         "LimitMEMLOCK=infinity",
-        f"LimitNOFILE={options.limit_nofile}",
-        # Hardening: vLLM writes only below its cache directory; GPUs stay reachable (no PrivateDevices).
+        unit("LimitNOFILE", options.limit_nofile),
+        # Hardening (roles/vllm_service/README.md, "Hardening", justifies each setting and what is left):
+        # vLLM writes only below its cache directory and the paths given; it holds no capability at all.
         "ProtectSystem=strict",
         "ProtectHome=true",
         "PrivateTmp=true",
+        "PrivateMounts=true",
         "NoNewPrivileges=true",
-        f"ReadWritePaths={writable}",
+        "CapabilityBoundingSet=",
+        "AmbientCapabilities=",
+        words("ReadWritePaths", *writable, variable="vllm_service_read_write_paths"),
         "ProtectKernelTunables=true",
         "ProtectKernelModules=true",
         "ProtectKernelLogs=true",
         "ProtectControlGroups=true",
         "ProtectClock=true",
         "ProtectHostname=true",
+        # Other users' processes are invisible; /proc/meminfo and /proc/cpuinfo stay (torch and vLLM read
+        # them), so no ProcSubset=pid.
+        "ProtectProc=invisible",
         "RestrictSUIDSGID=true",
         "RestrictRealtime=true",
+        "RestrictNamespaces=true",
+        "RestrictAddressFamilies=" + " ".join(ADDRESS_FAMILIES),
         "LockPersonality=true",
+        "RemoveIPC=true",
+        "UMask=0077",
+        "KeyringMode=private",
         "SystemCallArchitectures=native",
+        *(f"SystemCallFilter={group}" for group in SYSCALL_FILTER),
+        # Only the GPUs' device nodes beside the pseudo-devices every process needs; a CPU host gets none.
+        "DevicePolicy=closed",
+        *(f"DeviceAllow={device}" for device in (GPU_DEVICE_ALLOW if on_gpus else ())),
         "",
         "[Install]",
         "WantedBy=multi-user.target",
@@ -235,6 +301,12 @@ def instance_files(
 ) -> InstanceFiles:
     """Everything written for one instance of the host's plan: unit, EnvironmentFile, the plan itself."""
     name = check_instance_name(plan.name)
+    for key in plan.env:
+        if key in CACHE_ENV:
+            raise FleetInputError(
+                f"vllm_service_extra_env: {key} is set by the unit (every cache lives below "
+                f"vllm_service_cache_dir/{name}); remove it, or move vllm_service_cache_dir"
+            )
     secret = dict(secret_env or {})
     for key in plan.secret_env_names:
         if key not in secret:
@@ -242,7 +314,7 @@ def instance_files(
                 f"instance {name}: the serve command expects the secret {key} in its environment, but no "
                 f"value was given; set vllm_service_api_key (VLLM_API_KEY) or vllm_service_secret_env.{key}"
             )
-    env_text = env_file_text({**plan.env, **secret})
+    env_text = env_file_text({**plan.env, **secret}, secret=frozenset(secret))
     health_url = f"{plan.base_url}/health"
     text = unit_text(
         name,
@@ -256,8 +328,12 @@ def instance_files(
     document["secret_env_names"] = sorted(secret)
     plan_text = json.dumps(document, indent=2, sort_keys=False) + "\n"
     # What runs: the unit (its ExecStart is the argv) and the environment. The plan's prose (warnings,
-    # reasons) may change wording between releases of vllm-fleet without restarting anything.
-    digest = hashlib.sha256("\0".join([text, env_text, json.dumps(plan.argv)]).encode()).hexdigest()
+    # reasons) may change wording between releases of vllm-fleet without restarting anything. Secrets enter
+    # only through a slow salted hash (a changed key still restarts), never in clear.
+    public_env = env_file_text(plan.env)
+    digest = hashlib.sha256(
+        "\0".join([text, public_env, secret_digest(secret, salt=plan.unit), json.dumps(plan.argv)]).encode()
+    ).hexdigest()
     return InstanceFiles(
         name=name,
         unit_name=plan.unit,
@@ -272,6 +348,17 @@ def instance_files(
         digest_path=f"{options.state_dir}/{name}",
         health_url=health_url,
     )
+
+
+def secret_digest(secret: Mapping[str, Any], *, salt: str) -> str:
+    """What the restart digest learns of the secrets: names in clear, values through PBKDF2 (200,000 rounds,
+    salted with the unit name), so the digest file, though world-readable, is no fast oracle for a key."""
+    parts = []
+    for key in sorted(secret):
+        value = str(secret[key]).encode()
+        derived = hashlib.pbkdf2_hmac("sha256", value, f"vllm-fleet:{salt}:{key}".encode(), 200_000)
+        parts.append(f"{key}={derived.hex()}")
+    return "\n".join(parts)
 
 
 def restart_list(

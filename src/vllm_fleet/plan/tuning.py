@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.hostvalues import directive
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.probe.hoststate import NODE_SYSFS, SHM_PATH, THP_SYSFS, HostState
 
@@ -25,6 +27,14 @@ THP_DEFRAG_MODES = ("always", "defer", "defer+madvise", "madvise", "never")
 SHM_HUGE_MODES = ("never", "always", "within_size", "advise")
 MiB = 2**20
 GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
+# cpufreq's governors (scaling_available_governors): performance, powersave, schedutil, ondemand, ...
+GOVERNOR_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# Writes one value to sysfs files. The value and the paths arrive as arguments ($1, then the paths or
+# globs, which the inner unquoted `for` expands): no variable is ever part of the script's text.
+SYSFS_WRITE_SCRIPT = (
+    'value=$1; shift; for pattern in "$@"; do for f in $pattern; do '
+    'printf "%s\\n" "$value" > "$f" || exit 1; done; done'
+)
 # Per-node counts on the kernel command line (hugepages=0:N,1:M) exist since Linux 5.16.
 PER_NODE_CMDLINE_KERNEL = (5, 16)
 
@@ -239,7 +249,16 @@ def plan_shm(
         if (_mount_option(state.shm_options, "huge") or "never") != huge:
             remount.append(f"huge={huge}")
         reasons.append(f"/dev/shm huge={huge}: the tier gets transparent hugepages without a reserved pool")
-    fstab = f"tmpfs {SHM_PATH} tmpfs rw,nosuid,nodev,{','.join(options)} 0 0"
+    fstab = directive(
+        "fstab",
+        "tmpfs",
+        SHM_PATH,
+        "tmpfs",
+        f"rw,nosuid,nodev,{','.join(options)}",
+        "0",
+        "0",
+        variable="host_tuning_shm_huge",
+    )
     return ShmPlan(needed, size * MiB, options, remount, fstab), reasons, warnings
 
 
@@ -259,10 +278,8 @@ def cmdline_has(cmdline: str, wanted: list[str]) -> bool:
     return all(arg in present for arg in wanted)
 
 
-def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOptions) -> TuningPlan:
-    """What the host should look like: hugepages per node, sysctl, boot-time sysfs writes, kernel args."""
-    reasons: list[str] = []
-    warnings: list[str] = []
+def check_options(options: TuningOptions) -> None:
+    """The values that reach a sysfs write, limits.d or fstab: names by pattern, fractions in range."""
     if options.thp_enabled is not None and options.thp_enabled not in THP_MODES:
         raise FleetInputError(
             f"host_tuning_thp_enabled: {options.thp_enabled!r} is not one of {', '.join(THP_MODES)}"
@@ -275,6 +292,33 @@ def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOption
         raise FleetInputError(
             f"host_tuning_numa_balancing: {options.numa_balancing!r} is not one of auto, off, keep"
         )
+    if options.shm_huge is not None and options.shm_huge not in SHM_HUGE_MODES:
+        raise FleetInputError(
+            f"host_tuning_shm_huge: {options.shm_huge!r} is not one of {', '.join(SHM_HUGE_MODES)} "
+            "(or '' to leave it)"
+        )
+    if options.governor is not None:
+        hostvalues.matching(
+            options.governor,
+            "host_tuning_cpu_governor",
+            GOVERNOR_NAME,
+            "a cpufreq governor name (lower-case letters, digits and '_')",
+            example="performance (or '' to leave it)",
+        )
+    hostvalues.user_name(options.service_user, "host_tuning_memlock_user")
+    for name, value, high in (
+        ("host_tuning_hugepages_margin", options.margin_fraction, 10.0),
+        ("host_tuning_hugepages_max_node_fraction", options.max_node_fraction, 1.0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:
+            raise FleetInputError(f"{name}: {value!r} is not a number between 0 and {high}; give e.g. 0.1")
+
+
+def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOptions) -> TuningPlan:
+    """What the host should look like: hugepages per node, sysctl, boot-time sysfs writes, kernel args."""
+    reasons: list[str] = []
+    warnings: list[str] = []
+    check_options(options)
     shm, shm_reasons, shm_warnings = plan_shm(
         needs,
         state,
@@ -399,33 +443,57 @@ def runtime_changes(plan: TuningPlan, state: HostState) -> list[str]:
 
 def sysctl_conf(plan: TuningPlan) -> str:
     lines = ["# Written by vllm-fleet (host_tuning). Changes here are overwritten."]
-    lines += [f"{key} = {value}" for key, value in sorted(plan.sysctl.items())]
+    lines += [directive("sysctl", key, value) for key, value in sorted(plan.sysctl.items())]
     return "\n".join(lines) + "\n"
 
 
 def limits_conf(plan: TuningPlan) -> str:
     # Pinned CPU KV buffers (cudaHostAlloc / torch pin_memory) count against RLIMIT_MEMLOCK.
     user = plan.memlock_user
-    return (
-        "# Written by vllm-fleet (host_tuning): pinned CPU KV-cache buffers need unlimited locked memory.\n"
-        f"{user} soft memlock unlimited\n{user} hard memlock unlimited\n"
-    )
+    lines = [
+        "# Written by vllm-fleet (host_tuning): pinned CPU KV-cache buffers need unlimited locked memory.",
+        *(
+            directive("limits", user, kind, "memlock", "unlimited", variable="host_tuning_memlock_user")
+            for kind in ("soft", "hard")
+        ),
+    ]
+    return "\n".join(lines) + "\n"
 
 
-def boot_commands(plan: TuningPlan) -> list[str]:
-    """One shell command per sysfs write, for the ExecStart= lines of the boot-time tuning unit."""
-    commands = []
-    for path, value in plan.sysfs:
-        if "*" in path or "[" in path:
-            commands.append(f'for f in {path}; do echo {value} > "$f"; done')
-        else:
-            commands.append(f"echo {value} > {path}")
-    return commands
+def sysfs_write_argv(plan: TuningPlan) -> list[list[str]]:
+    """One argv per sysfs write (the role runs them with ansible.builtin.command; the boot unit as
+    ExecStart=): a fixed script, the value and the path as its arguments."""
+    return [["/bin/sh", "-c", SYSFS_WRITE_SCRIPT, "sh", value, path] for path, value in plan.sysfs]
 
 
 def unit_exec_starts(plan: TuningPlan) -> list[str]:
-    """`boot_commands` as ExecStart= values: systemd expands `$` and `%` itself, so they are doubled."""
-    return ["/bin/sh -c '" + cmd.replace("$", "$$").replace("%", "%%") + "'" for cmd in boot_commands(plan)]
+    """`sysfs_write_argv` as ExecStart= lines of the boot-time unit, quoted by `directive('exec', ...)`."""
+    return [directive("exec", "ExecStart", *argv, variable="host_tuning") for argv in sysfs_write_argv(plan)]
+
+
+def tuning_unit_text(plan: TuningPlan) -> str:
+    """The boot-time oneshot unit (vllm-fleet-tuning.service): the sysfs writes again at every boot."""
+    pages = "/".join(str(h.pages) for h in plan.hugepages)
+    lines = [
+        f"# vllm-fleet host tuning at boot: {pages} hugepages of {plan.page_size_kb} kB per NUMA node, "
+        "transparent hugepages, CPU governor. Written by host_tuning.",
+        "[Unit]",
+        "Description=vllm-fleet host tuning (hugepages per NUMA node, THP, CPU governor)",
+        "DefaultDependencies=no",
+        "After=local-fs.target systemd-sysctl.service",
+        "Before=multi-user.target",
+        "# Containers see /sys read-only: nothing to do there.",
+        "ConditionPathIsReadWrite=/sys",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+        *(unit_exec_starts(plan) or ["ExecStart=/bin/true"]),
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def report_text(plan: TuningPlan, changes: list[str], applied: bool) -> str:

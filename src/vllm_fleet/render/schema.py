@@ -9,13 +9,67 @@ the layout").
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from vllm_fleet import flags as flagcat
+from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.sizes import parse_human_int, parse_size
 
 PREFIX = "vllm_service_"
+
+# The schema's variable -> flag table: every vLLM flag vllm-fleet renders itself, under the variable (or
+# layout field) that sets it. `vllm_service_extra_args` may not carry any of them, in any spelling vLLM's
+# parser accepts (aliases such as -tp, --no-* negations, `--flag=value`, underscores, unambiguous prefixes):
+# two values for one setting would leave the last word to win silently. tests/unit/test_bad_input_matrix.py
+# checks that every flag the renderer emits is in this table.
+VARIABLE_FLAGS: dict[str, tuple[str, ...]] = {
+    "model": ("--model",),
+    "served_model_name": ("--served-model-name",),
+    "tensor_parallel_size": ("--tensor-parallel-size",),
+    "max_model_len": ("--max-model-len",),
+    "dtype": ("--dtype",),
+    "kv_cache_dtype": ("--kv-cache-dtype",),
+    "kv_cache_memory_bytes": ("--kv-cache-memory-bytes",),
+    "gpu_memory_utilization": ("--gpu-memory-utilization",),
+    "enable_prefix_caching": ("--enable-prefix-caching",),
+    "enable_chunked_prefill": ("--enable-chunked-prefill",),
+    "max_num_batched_tokens": ("--max-num-batched-tokens",),
+    "max_num_seqs": ("--max-num-seqs",),
+    "scheduler_reserve_full_isl": ("--scheduler-reserve-full-isl",),
+    "kv_offload_cpu_bytes": ("--kv-transfer-config",),
+    "speculative_config": ("--speculative-config",),
+    "rope_scaling": ("--rope-scaling",),
+    "hf_overrides": ("--hf-overrides",),
+    "limit_mm_per_prompt": ("--limit-mm-per-prompt",),
+    "mm_processor_kwargs": ("--mm-processor-kwargs",),
+    "mm_ipc_gpu_memory_gb": ("--mm-ipc-gpu-memory-gb",),
+    "compilation_config": ("--compilation-config",),
+    "enforce_eager": ("--enforce-eager",),
+    "disable_custom_all_reduce": ("--disable-custom-all-reduce",),
+    "reasoning_parser": ("--reasoning-parser",),
+    "tool_call_parser": ("--tool-call-parser",),
+    "enable_auto_tool_choice": ("--enable-auto-tool-choice",),
+    "enable_prompt_tokens_details": ("--enable-prompt-tokens-details",),
+    "host": ("--host",),
+    "port": ("--port",),
+    # never in argv at all: /proc/<pid>/cmdline, `systemctl status` and the 0644 unit would show it
+    "api_key": ("--api-key",),
+    # the layout's NUMA binding (gpu_topology.layout), not a variable
+    "gpu_topology.layout numa_binding": ("--numa-bind", "--numa-bind-nodes"),
+}
+# Secret flags without a variable of their own: their value belongs in the 0600 EnvironmentFile.
+SECRET_FLAGS = {"--hf-token": "vllm_service_secret_env: {HF_TOKEN: ...} (from Ansible Vault)"}
+# Environment the layout sets per instance (gpu_topology.layout instances' env, CUDA_VISIBLE_DEVICES) and the
+# API key's variable: vllm_service_extra_env / secret_env may not set them (the instance's own value would be
+# replaced without a word).
+LAYOUT_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_P2P_DISABLE")
+OWNED_ENV = {
+    **dict.fromkeys(LAYOUT_ENV, "the layout (gpu_topology.layout; re-run the probe, or pick GPUs there)"),
+    "VLLM_API_KEY": "vllm_service_api_key (written only to the 0600 EnvironmentFile)",
+}
 
 # Offloading keys that look like top-level OffloadingConnector settings but belong to the `fs` tier.
 FS_TIER_KEYS = ("root_dir", "n_read_threads", "n_write_threads")
@@ -79,8 +133,11 @@ class ServeSpec:
     host: str | None = None
     port: int | None = None
     api_key: str | None = field(default=None, repr=False)
+    allow_unauthenticated: bool = False
     avg_input_len: int | None = None
     extra_args: tuple[str, ...] = ()
+    extra_env: dict[str, str] = field(default_factory=dict)
+    secret_env: dict[str, str] = field(default_factory=dict, repr=False)
     venv: str = "/opt/vllm-fleet/venv"
     numactl_path: str = "/usr/bin/numactl"
 
@@ -98,19 +155,14 @@ class ServeSpec:
             if isinstance(k, str)
         }
         reader = _Reader(raw)
-        model = reader.str_("model")
-        if not model:
-            raise FleetInputError(
-                "vllm_service_model: not set; give the model directory on the host (or a Hugging Face id), "
-                "e.g. vllm_service_model: /data/vllm_models/Qwen3-27B"
-            )
+        model = reader.model()
         spec = cls(
             model=model,
             served_model_name=reader.names("served_model_name"),
             tensor_parallel_size=reader.int_("tensor_parallel_size", minimum=1),
             max_model_len=reader.human_int("max_model_len", minimum=1),
-            dtype=reader.str_("dtype"),
-            kv_cache_dtype=reader.str_("kv_cache_dtype"),
+            dtype=reader.word("dtype"),
+            kv_cache_dtype=reader.word("kv_cache_dtype"),
             kv_cache_memory_bytes=reader.size("kv_cache_memory_bytes"),
             gpu_memory_utilization=reader.float_("gpu_memory_utilization", low=0.0, high=1.0),
             enable_prefix_caching=reader.bool_("enable_prefix_caching"),
@@ -119,7 +171,7 @@ class ServeSpec:
             max_num_seqs=reader.int_("max_num_seqs", minimum=1),
             scheduler_reserve_full_isl=reader.bool_("scheduler_reserve_full_isl"),
             kv_offload_cpu_bytes=reader.size("kv_offload_cpu_bytes"),
-            kv_offload_eviction_policy=reader.str_("kv_offload_eviction_policy"),
+            kv_offload_eviction_policy=reader.word("kv_offload_eviction_policy"),
             kv_offload_prompt_only=reader.bool_("kv_offload_prompt_only"),
             kv_offload_fs_tier=reader.fs_tier("kv_offload_fs_tier"),
             kv_offload_extra_config=reader.dict_("kv_offload_extra_config"),
@@ -132,26 +184,32 @@ class ServeSpec:
             compilation_config=reader.dict_("compilation_config"),
             enforce_eager=bool(reader.bool_("enforce_eager")),
             disable_custom_all_reduce=reader.bool_("disable_custom_all_reduce"),
-            reasoning_parser=reader.str_("reasoning_parser"),
-            tool_call_parser=reader.str_("tool_call_parser"),
+            reasoning_parser=reader.word("reasoning_parser"),
+            tool_call_parser=reader.word("tool_call_parser"),
             enable_auto_tool_choice=bool(reader.bool_("enable_auto_tool_choice")),
             enable_prompt_tokens_details=bool(reader.bool_("enable_prompt_tokens_details")),
-            host=reader.str_("host"),
+            host=reader.host(),
             port=reader.int_("port", minimum=1, maximum=65535),
-            api_key=reader.str_("api_key"),
+            api_key=reader.secret("api_key"),
+            allow_unauthenticated=bool(reader.bool_("allow_unauthenticated")),
             avg_input_len=reader.human_int("avg_input_len", minimum=1),
             extra_args=reader.args("extra_args"),
-            venv=reader.str_("venv") or cls.venv,
-            numactl_path=reader.str_("numactl_path") or cls.numactl_path,
+            extra_env=reader.env("extra_env", secret=False),
+            secret_env=reader.env("secret_env", secret=True),
+            venv=reader.path("venv") or cls.venv,
+            numactl_path=reader.path("numactl_path") or cls.numactl_path,
         )
         _check_offload_keys(spec)
+        _check_exposure(spec)
+        check_service_vars(raw)
         return spec
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as JSON, the API key masked (it must never reach a log or an instance plan)."""
         data = asdict(self)
         if data.get("api_key"):
-            data["api_key"] = "********"
+            data["api_key"] = hostvalues.MASK
+        data["secret_env"] = dict.fromkeys(self.secret_env, hostvalues.MASK)
         return data
 
     @property
@@ -179,6 +237,130 @@ def _check_offload_keys(spec: ServeSpec) -> None:
         )
 
 
+def _check_exposure(spec: ServeSpec) -> None:
+    """An API that listens beyond loopback without a key serves anyone who reaches the port: refused unless
+    the inventory says so in as many words."""
+    if spec.api_key or spec.allow_unauthenticated or hostvalues.is_loopback(spec.host):
+        return
+    raise FleetInputError(
+        f"vllm_service_host: {spec.host or '(unset: every interface)'!r} listens beyond this machine, but "
+        "vllm_service_api_key is not set, so anyone who reaches the port may use the API; set "
+        "vllm_service_api_key (from Ansible Vault; vLLM then answers 401 without it), or bind to 127.0.0.1, "
+        "or set vllm_service_allow_unauthenticated: true to serve an open API on purpose"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _option_owners() -> dict[str, tuple[str, str]]:
+    """Every spelling of every rendered flag in any catalogued release (the flag, its aliases and negations)
+    -> (the flag, the variable that sets it)."""
+    owners: dict[str, tuple[str, str]] = {}
+    owned = {flag: var for var, flags in VARIABLE_FLAGS.items() for flag in flags}
+    owned.update(SECRET_FLAGS)
+    for version in flagcat.catalogued_versions():
+        for option, data in flagcat.release(version, exact=True).flags.items():
+            if option in owned:
+                for spelling in (option, *data["aliases"], *data["negations"]):
+                    owners[spelling] = (option, owned[option])
+    for option, variable in owned.items():
+        owners.setdefault(option, (option, variable))
+    return owners
+
+
+def _variable_shown(variable: str) -> str:
+    return variable if " " in variable or ":" in variable else PREFIX + variable
+
+
+def owned_option(word: str) -> tuple[str, str] | None:
+    """(flag, variable) when an extra_args word is one of the flags the schema renders itself, in any spelling
+    vLLM's parser takes (`--port=1`, `--max_model_len`, `-tp`, `--no-enable-prefix-caching`, `--api-k`)."""
+    if not word.startswith("-"):
+        return None
+    name = flagcat.normalise_option(word).split(".", 1)[0]
+    owners = _option_owners()
+    if name in owners:
+        return owners[name]
+    if not name.startswith("--"):
+        # a short alias with its value attached: -O3 is -O 3, -tp2 is -tp 2
+        attached = {owners[o] for o in owners if not o.startswith("--") and name.startswith(o)}
+        return next(iter(attached)) if len(attached) == 1 else None
+    if any(
+        flagcat.release(v, exact=True).has(name) for v in flagcat.catalogued_versions()
+    ):
+        return None
+    # argparse's allow_abbrev: a prefix of exactly one flag is that flag
+    prefixed = {owners[o] for o in owners if o.startswith(name) and o.startswith("--")}
+    return next(iter(prefixed)) if len(prefixed) == 1 else None
+
+
+def check_extra_args(words: tuple[str, ...]) -> None:
+    for word in words:
+        owner = owned_option(word)
+        if owner is None:
+            continue
+        flag, variable = owner
+        spelled = word.split("=", 1)[0]  # never the value: it may be a secret
+        if flag in SECRET_FLAGS or flag == "--api-key":
+            raise FleetInputError(
+                f"vllm_service_extra_args: {spelled} would put a secret in argv, where /proc/<pid>/cmdline, "
+                "`systemctl status` and the 0644 unit show it; remove it and set "
+                f"{_variable_shown(variable)} instead (it reaches vLLM through the 0600 EnvironmentFile only)"
+            )
+        raise FleetInputError(
+            f"vllm_service_extra_args: {spelled} is {flag}, which vllm-fleet renders itself from "
+            f"{_variable_shown(variable)}; remove it from vllm_service_extra_args and set "
+            f"{_variable_shown(variable)} instead"
+        )
+
+
+# Variables of the unit (not of the serve command) that reach the host: checked here too, so preflight refuses
+# them before any host changes (vllm_fleet.deploy.service checks them again where it writes the files).
+SERVICE_PATHS = ("config_dir", "unit_dir", "cache_dir", "python")
+SERVICE_NAMES = ("user", "group")
+SERVICE_INTS = ("start_timeout", "restart_sec", "start_limit_burst", "start_limit_interval", "limit_nofile")
+
+
+def check_service_vars(raw: dict[str, Any]) -> None:
+    """The vllm_service_* variables of the unit itself: paths, names, the unit prefix, writable paths."""
+    reader = _Reader(raw)
+    for name in SERVICE_PATHS:
+        value = reader._get(name)
+        if value is not None:
+            example = _PATH_EXAMPLES.get(name, "/opt/x")
+            hostvalues.absolute_path(value, PREFIX + name, example=example, spaces=False)
+    for name in SERVICE_NAMES:
+        value = reader._get(name)
+        if value is not None:
+            hostvalues.user_name(value, PREFIX + name)
+    prefix = reader._get("unit_prefix")
+    if prefix is not None:
+        hostvalues.matching(
+            prefix,
+            PREFIX + "unit_prefix",
+            hostvalues.UNIT_PREFIX,
+            "a unit name prefix (letters, digits, ':', '_', '.', '-'; no '/' or '@')",
+            example="vllm-fleet-",
+        )
+    paths = reader._get("read_write_paths")
+    if paths is not None:
+        if not isinstance(paths, list):
+            raise reader._fail("read_write_paths", paths, "a list of absolute paths, e.g. [/data/models]")
+        for i, path in enumerate(paths):
+            hostvalues.absolute_path(path, f"{PREFIX}read_write_paths[{i}]", example="/data/models")
+    for name in SERVICE_INTS:
+        reader.int_(name, minimum=1)
+
+
+_PATH_EXAMPLES = {
+    "venv": "/opt/vllm-fleet/venv",
+    "numactl_path": "/usr/bin/numactl",
+    "config_dir": "/etc/vllm-fleet",
+    "unit_dir": "/etc/systemd/system",
+    "cache_dir": "/var/cache/vllm-fleet",
+    "python": "/usr/bin/python3",
+}
+
+
 class _Reader:
     """Typed reads of raw variables; every error names `vllm_service_<name>`."""
 
@@ -200,6 +382,90 @@ class _Reader:
         if isinstance(value, (dict, list, bool)):
             raise self._fail(name, value, "a string; give one plain value")
         return str(value)
+
+    def model(self) -> str:
+        value = self.str_("model")
+        if not value:
+            raise FleetInputError(
+                "vllm_service_model: not set; give the model directory on the host (or a Hugging Face id), "
+                "e.g. vllm_service_model: /data/vllm_models/Qwen3-27B"
+            )
+        if value.startswith("/"):
+            return hostvalues.absolute_path(value, PREFIX + "model", example="/data/vllm_models/Qwen3-27B")
+        if ".." in value or not hostvalues.HF_ID.fullmatch(value):
+            raise self._fail(
+                "model",
+                value,
+                "an absolute model directory or a Hugging Face id (org/name of letters, digits, '-', '_', "
+                "'.'); give e.g. /data/vllm_models/Qwen3-27B or Qwen/Qwen3-8B",
+            )
+        return value
+
+    def word(self, name: str) -> str | None:
+        """A plain setting word (dtype, parser, policy): an argv word, so never a flag or a line."""
+        value = self.str_(name)
+        if value is None:
+            return None
+        return hostvalues.matching(
+            value,
+            PREFIX + name,
+            hostvalues.WORD,
+            "a plain word (letters, digits, '_', '.', '+', '-', not starting with '-')",
+            example="bfloat16",
+        )
+
+    def host(self) -> str | None:
+        value = self.str_("host")
+        return None if value is None else hostvalues.listen_host(value, PREFIX + "host")
+
+    def path(self, name: str) -> str | None:
+        value = self._get(name)
+        if value is None:
+            return None
+        return hostvalues.absolute_path(value, PREFIX + name, example=_PATH_EXAMPLES.get(name, "/opt/x"))
+
+    def secret(self, name: str) -> str | None:
+        """A secret string: any error shows the mask, never the value (whatever its type)."""
+        value = self._get(name)
+        if value is None:
+            return None
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise FleetInputError(
+                f"{PREFIX}{name}: {hostvalues.MASK} (a {type(value).__name__}) is not a string; give the key "
+                "as one string, e.g. from Ansible Vault"
+            )
+        text = hostvalues.no_control(value, PREFIX + name, secret=True, fix="give the key as one line")
+        if text != text.strip() or not text:
+            raise FleetInputError(
+                f"{PREFIX}{name}: {hostvalues.MASK} starts or ends with whitespace; give the key without it"
+            )
+        return text
+
+    def env(self, name: str, *, secret: bool) -> dict[str, str]:
+        value = self._get(name)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            shown = hostvalues.shown(value, secret=secret)
+            raise FleetInputError(f"{PREFIX}{name}: {shown} is not a mapping; give NAME: value pairs")
+        out: dict[str, str] = {}
+        for key, item in value.items():
+            variable = f"{PREFIX}{name}.{key}"
+            hostvalues.env_name(key, f"{PREFIX}{name}")
+            if key in OWNED_ENV:
+                raise FleetInputError(
+                    f"{PREFIX}{name}: {key} is set by {OWNED_ENV[key]}; remove it from {PREFIX}{name} and "
+                    "set it there instead"
+                )
+            if item is None:
+                continue
+            if isinstance(item, (dict, list)):
+                raise FleetInputError(
+                    f"{variable}: {hostvalues.shown(item, secret=secret)} is not a plain value; give a string"
+                )
+            text = str(item).lower() if isinstance(item, bool) else str(item)
+            out[key] = hostvalues.no_control(text, variable, secret=secret, fix="give the value on one line")
+        return out
 
     def int_(self, name: str, minimum: int | None = None, maximum: int | None = None) -> int | None:
         value = self._get(name)
@@ -273,12 +539,16 @@ class _Reader:
         if value is None:
             return ()
         if isinstance(value, str):
-            return (value,)
+            value = [value]
         if value == []:
             return ()
-        if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
-            return tuple(value)
-        raise self._fail(name, value, "a name or a list of names")
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self._fail(name, value, "a name or a list of names")
+        for i, item in enumerate(value):
+            hostvalues.no_control(item, f"{PREFIX}{name}[{i}]", fix="give the name on one line")
+            if item.startswith("-"):
+                raise self._fail(f"{name}[{i}]", item, "a name; a leading '-' would make it a flag")
+        return tuple(value)
 
     def args(self, name: str) -> tuple[str, ...]:
         value = self._get(name)
@@ -293,7 +563,14 @@ class _Reader:
             )
         if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
             raise self._fail(name, value, "a list of strings")
-        return tuple(str(v) for v in value)
+        words = tuple(str(v) for v in value)
+        for i, word in enumerate(words):
+            # the words may hold a secret by mistake: the message shows none of them
+            hostvalues.no_control(
+                word, f"{PREFIX}{name}[{i}]", secret=True, fix="give each argv word on one line"
+            )
+        check_extra_args(words)
+        return words
 
     def fs_tier(self, name: str) -> FsTier | None:
         value = self._get(name)
@@ -310,7 +587,8 @@ class _Reader:
                 if isinstance(value[key], bool) or not isinstance(value[key], int) or value[key] < 1:
                     raise self._fail(f"{name}.{key}", value[key], "a positive integer")
                 threads[key] = value[key]
-        return FsTier(root_dir=str(value["root_dir"]), extra=extra, **threads)
+        root = hostvalues.absolute_path(value["root_dir"], f"{PREFIX}{name}.root_dir", example="/nvme/kv")
+        return FsTier(root_dir=root, extra=extra, **threads)
 
 
 def variable_names() -> list[str]:

@@ -16,18 +16,15 @@ when there are errors, so a user sees what would have run.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.hostvalues import exec_word
 from vllm_fleet.render import validate as validation
 from vllm_fleet.render.schema import ServeSpec
-
-_SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
-_SYSTEMD_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 @dataclass
@@ -57,19 +54,8 @@ def compact_json(value: Any) -> str:
 
 
 def systemd_quote_word(word: str) -> str:
-    """One argv word for an ExecStart= line (systemd.service(5), "Command lines").
-
-    systemd replaces `%` specifiers on the whole line and `$VAR`/`${VAR}` in each word, so a literal `%` is
-    `%%` and a literal `$` is `$$` (inside quotes too). Words are split at whitespace unless quoted; inside
-    double quotes C escapes apply, so `\\` and `"` are escaped. A lone `;` would separate commands.
-    """
-    escaped = word.replace("%", "%%").replace("$", "$$")
-    if escaped and _SYSTEMD_SAFE.fullmatch(escaped):
-        return escaped
-    if escaped == ";":
-        return "\\;"
-    inner = "".join(_SYSTEMD_ESCAPES.get(ch, ch) for ch in escaped)
-    return f'"{inner}"'
+    """One argv word for an ExecStart= line: vllm_fleet.hostvalues quotes every line the roles write."""
+    return exec_word(word)
 
 
 def systemd_quote(argv: list[str]) -> str:
