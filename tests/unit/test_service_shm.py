@@ -68,3 +68,27 @@ def test_the_filter_reads_findmnt_and_the_plan() -> None:
     assert shortfall("", _h200_plan(65 * GiB).to_dict()) == ""
     with pytest.raises(AnsibleFilterError, match="vllm_service_host_plan: not a host plan"):
         shortfall(H200_FINDMNT, {"instances": []})
+
+
+def test_a_unit_file_rewritten_on_the_host_restarts_its_instance() -> None:
+    """A unit whose recorded digest matches but whose file had to be rewritten (hand-edited, another tool's)
+    does not run the plan: it joins the restart list, once."""
+    path = ROOT / "roles" / "vllm_service" / "filter_plugins" / "vllm_service.py"
+    spec = importlib.util.spec_from_file_location("vllm_service_filters_drift", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    writes = [
+        {"changed": True, "item": {"name": "i0", "unit_name": "vllm-fleet-i0.service"}},
+        {"changed": False, "item": {"name": "i1", "unit_name": "vllm-fleet-i1.service"}},
+    ]
+    todo = module.vllm_service_with_drifted([], writes)
+    assert todo == [
+        {
+            "name": "i0",
+            "unit": "vllm-fleet-i0.service",
+            "action": "restarted",
+            "why": "its unit file on the host differed from the plan",
+        }
+    ]
+    already = [{"name": "i0", "unit": "vllm-fleet-i0.service", "action": "started", "why": "it is failed"}]
+    assert module.vllm_service_with_drifted(already, writes) == already

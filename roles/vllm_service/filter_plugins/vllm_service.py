@@ -14,6 +14,7 @@ from vllm_fleet.deploy.service import (
     restart_list,
     shm_shortfall,
     stale_instances,
+    with_drifted,
 )
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.flags import public_version
@@ -66,6 +67,14 @@ def vllm_service_same_release(installed: str, planned: str) -> bool:
     return bool(installed) and public_version(installed) == public_version(planned)
 
 
+def vllm_service_with_drifted(
+    todo: list[dict[str, str]], unit_writes: list[dict[str, Any]]
+) -> list[dict[str, str]]:
+    """The restart list plus the instances whose unit file the write changed (`register` of the copy loop)."""
+    drifted = [(r["item"]["name"], r["item"]["unit_name"]) for r in unit_writes or [] if r.get("changed")]
+    return with_drifted(list(todo or []), drifted)
+
+
 def vllm_service_stale(markers_text: str, wanted: list[str]) -> list[str]:
     return stale_instances(parse_markers(markers_text or ""), list(wanted or []))
 
@@ -77,5 +86,6 @@ class FilterModule:
             "vllm_service_restart_list": vllm_service_restart_list,
             "vllm_service_stale": vllm_service_stale,
             "vllm_service_same_release": vllm_service_same_release,
+            "vllm_service_with_drifted": vllm_service_with_drifted,
             "vllm_service_shm_shortfall": vllm_service_shm_shortfall,
         }

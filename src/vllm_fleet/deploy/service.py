@@ -399,6 +399,20 @@ def shm_shortfall(needed_bytes: int, shm_size_bytes: int | None, vllm_version: s
     )
 
 
+def with_drifted(todo: list[dict[str, str]], drifted: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """`todo` plus every (instance, unit) whose unit file on the host had to be rewritten although its
+    recorded digest matched: the file drifted (edited by hand, or by another tool), so what runs is not the
+    plan."""
+    named = {t["name"] for t in todo}
+    why = "its unit file on the host differed from the plan"
+    extra = [
+        {"name": name, "unit": unit, "action": "restarted", "why": why}
+        for name, unit in drifted
+        if name not in named
+    ]
+    return todo + extra
+
+
 def stale_instances(unit_markers: Mapping[str, str], wanted: list[str]) -> list[str]:
     """Instances that have a unit on the host (path -> marker value) but are no longer in the layout."""
     return sorted({name for name in unit_markers.values() if name and name not in set(wanted)})
