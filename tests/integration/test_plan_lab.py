@@ -143,10 +143,11 @@ def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(
     # The CLI plans the same host from the facts preflight kept and the tiny model's config.json on the
     # controller (the lab's cached copy of what the host reads), without touching the host: a copy of the
     # inventory with vllm_service_model_config added.
-    copy = tmp_path / "inventory"
-    shutil.copytree(inventory, copy, ignore=shutil.ignore_patterns("examples"))
+    folder = inventory if inventory.is_dir() else inventory.parent  # the inventory and its group_vars
+    shutil.copytree(folder, tmp_path / "inventory", ignore=shutil.ignore_patterns("examples", "reports"))
+    copy = tmp_path / "inventory" / ("" if inventory.is_dir() else inventory.name)
     (config,) = LAB_ROOT.glob("cache/model-tiny-*/config.json")
-    (copy / "group_vars" / "lab" / "zz-model.yml").write_text(
+    (tmp_path / "inventory" / "group_vars" / "lab" / "zz-model.yml").write_text(
         yaml.safe_dump({"vllm_service_model_config": str(config)})
     )
     cli = run(
