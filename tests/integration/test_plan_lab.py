@@ -5,9 +5,9 @@
   the plan before the first play that changes anything;
 - a max_model_len beyond what the model's own config.json supports is refused from that config.json, read
   from the host (read-only) before anything is installed;
-- site.yml converges the shared installed lab; the plan deploy writes (/etc/vllm-fleet/i0.json) is the plan
-  preflight wrote (reports/plan/<host>.json) and the plan `vllm-fleet plan --inventory` prints for the same
-  inventory; a second site.yml changes nothing and restarts nothing.
+- site.yml then converges; the plan deploy writes (/etc/vllm-fleet/i0.json) is the plan preflight wrote
+  (reports/plan/<host>.json) and the plan `vllm-fleet plan --inventory` prints for the same inventory;
+  a second site.yml changes nothing and restarts nothing.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def site(inv: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess[s
     )
 
 
-def recap(proc: subprocess.CompletedProcess[str], host: str) -> dict[str, int]:
-    lines = proc.stdout.split("PLAY RECAP")[-1].split("\n")
-    host = next(line for line in lines if line.startswith(host))
+def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    line = proc.stdout.split("PLAY RECAP")[-1].split("\n")
+    host = next(part for part in line if part.startswith(LAB))
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", host)}
 
 
@@ -127,27 +127,18 @@ def test_a_bad_variable_stops_site_yml_in_preflight_before_any_change(
     assert on_host(inventory, NOTHING_INSTALLED).endswith("untouched")
 
 
-def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(
-    installed_lab, tmp_path: Path
-) -> None:
-    """On the shared installed lab (tests/integration/conftest.py: the embedded default, `-i inventory/`)."""
-    inventory = installed_lab.inventory
-    reports = tmp_path / "reports"
+def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(lab: tuple[Path, Path]) -> None:
+    inventory, work = lab
+    reports = work / "reports"
     first = site(inventory, reports)
     assert first.returncode == 0, first.stdout[-5000:]
-    (written,) = (reports / "plan").glob("*.json")  # the lab's one host
-    host = written.stem
-    planned_here = json.loads(written.read_text())["instances"][0]
+    host = next(iter(json.loads((reports / "plan" / f"{LAB}-1.json").read_text())["instances"]))
     deployed = json.loads(on_host(inventory, "cat /etc/vllm-fleet/i0.json"))
-    assert deployed == planned_here
+    assert deployed == host
     # The CLI plans the same host from the facts preflight kept and the tiny model's config.json on the
-    # controller (the lab's cached copy of what the host reads), without touching the host: a copy of the
-    # inventory with vllm_service_model_config added.
-    folder = inventory if inventory.is_dir() else inventory.parent  # the inventory and its group_vars
-    shutil.copytree(folder, tmp_path / "inventory", ignore=shutil.ignore_patterns("examples", "reports"))
-    copy = tmp_path / "inventory" / ("" if inventory.is_dir() else inventory.name)
+    # controller (the lab's cached copy of what the host reads), without touching the host.
     (config,) = LAB_ROOT.glob("cache/model-tiny-*/config.json")
-    (tmp_path / "inventory" / "group_vars" / "lab" / "zz-model.yml").write_text(
+    (work / "group_vars" / "lab" / "zz-model.yml").write_text(
         yaml.safe_dump({"vllm_service_model_config": str(config)})
     )
     cli = run(
@@ -155,17 +146,19 @@ def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(
             str(BIN / "vllm-fleet"),
             "plan",
             "--inventory",
-            str(copy),
+            str(inventory),
             "--facts",
             str(reports / "probe"),
             "--json",
         ]
     )
+    (work / "group_vars" / "lab" / "zz-model.yml").unlink()
     assert cli.returncode == 0, cli.stderr
-    assert json.loads(cli.stdout)["hosts"][host]["instances"][0] == planned_here
+    planned = json.loads(cli.stdout)["hosts"][f"{LAB}-1"]["instances"][0]
+    assert planned == host
 
     before = on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0")
     second = site(inventory, reports)
     assert second.returncode == 0, second.stdout[-5000:]
-    assert recap(second, host)["changed"] == 0, second.stdout[-5000:]
+    assert recap(second)["changed"] == 0, second.stdout[-5000:]
     assert on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0") == before
