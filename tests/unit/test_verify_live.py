@@ -3,8 +3,8 @@ systemd.
 
 The order and bodies of the requests are compared with roles/vllm_verify/tasks/instance.yml's; the HTTP client
 runs against a real server (http.server on loopback). What a real vLLM answered is judged in
-test_gpu_h200_fixtures.py (recorded on an H200). The lab comparison with the role (test_verify_cli_lab.py) is out of
-the suite until it passes (git show 0d09776:tests/integration/test_verify_cli_lab.py).
+test_gpu_h200_fixtures.py (recorded on an H200). The lab comparison with the role (test_verify_cli_lab.py) is
+out of the suite until it passes (git show 0d09776:tests/integration/test_verify_cli_lab.py).
 """
 
 from __future__ import annotations
