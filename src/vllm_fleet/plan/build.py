@@ -49,17 +49,6 @@ def serve_variables(variables: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in variables.items() if isinstance(k, str) and k.startswith(PREFIX)}
 
 
-def extra_env(variables: Mapping[str, Any]) -> dict[str, str]:
-    """`vllm_service_extra_env` as the EnvironmentFile will hold it."""
-    raw = variables.get("vllm_service_extra_env") or {}
-    if not isinstance(raw, Mapping):
-        raise FleetInputError(
-            f"vllm_service_extra_env: {type(raw).__name__} given; expected a mapping of NAME: value, "
-            "e.g. {VLLM_CPU_KVCACHE_SPACE: '4'}"
-        )
-    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
-
-
 def missing_model_config_errors(spec: ServeSpec) -> list[str]:
     """No config.json known: each capacity-dependent setting the user gave is an error (unchecked)."""
     given = [name for name in CAPACITY_SETTINGS if getattr(spec, name) is not None]
@@ -196,7 +185,6 @@ def build_host_plan(
     layout: Layout | None = None
     try:
         spec = ServeSpec.from_vars(serve_variables(variables))
-        env = extra_env(variables)
     except FleetInputError as exc:
         errors.append(str(exc))
         spec = None
@@ -223,7 +211,9 @@ def build_host_plan(
             )
             errors += [f"{rendered.name}: {e}" for e in rendered.errors]
             warnings += [f"{rendered.name}: {w}" for w in rendered.warnings]
-            instances.append(instance_plan(host, spec, instance, rendered, env=env, unit_prefix=unit_prefix))
+            instances.append(
+                instance_plan(host, spec, instance, rendered, env=spec.extra_env, unit_prefix=unit_prefix)
+            )
         errors += fleet_errors(instances, topology)
     return HostPlan(
         host=host,
