@@ -112,6 +112,28 @@ def test_every_roles_argument_spec_is_checked_at_plan_time(
     assert matching and all(value in e and "/meta/argument_specs.yml" in e for e in matching), plan.errors
 
 
+def test_a_lookup_in_the_inventory_resolves_in_a_fresh_cli_process(tmp_path: Path) -> None:
+    """The lab inventory derives its API key with lookup('ansible.builtin.file', ...): ansible-core finds its
+    builtin plugins only once its collection loader is installed (CI caught `vllm-fleet plan` without it)."""
+    import subprocess
+    import sys
+
+    key_file = tmp_path / "key.txt"
+    key_file.write_text("from-a-file-not-a-secret\n")
+    inventory = _seed_copy(
+        tmp_path, vllm_service_api_key=f"{{{{ lookup('ansible.builtin.file', '{key_file}') | hash('sha256') }}}}"
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("vllm-fleet")), "plan", "--inventory", str(inventory), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hosts"]["seed-4090"]["ok"]
+    assert "from-a-file-not-a-secret" not in done.stdout + done.stderr
+
+
 def test_vllm_service_port_is_the_first_instance_port() -> None:
     """Two instances never share a port: vllm_service_port 9000 gives 9000 and 9001 (it gave both 9000)."""
     (plan,) = plan_inventory(str(SEED), project_dir=ROOT).values()

@@ -110,9 +110,12 @@ def plan_inventory(
     """{host: plan} for every host of the inventory (or those `limit` selects), in inventory order."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
     from ansible.template import Templar
     from ansible.vars.manager import VariableManager
 
+    # ansible-playbook does this in CLI.run; without it even ansible.builtin lookups are "not found".
+    init_plugin_loader()
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[inventory])
     if limit:
