@@ -182,6 +182,23 @@ def test_bad_scrape_interval_is_refused_before_writing(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_alert_durations_come_from_the_options(tmp_path: Path) -> None:
+    done = generate(SEED, tmp_path / "out", "--down-for", "6s", "--alert-for", "1m")
+    assert done.returncode == 0, done.stderr
+    rules = yaml.safe_load((tmp_path / "out" / "rules" / "vllm-fleet.rules.yml").read_text())
+    durations = {r["alert"]: r["for"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    assert durations["VllmInstanceDown"] == "6s"
+    assert durations["VllmTTFTP99High"] == durations["VllmKVCacheNearFull"] == "1m"
+    assert durations["NodeExporterDown"] == "5m"  # an exporter is not the instance: its own mark
+
+
+def test_a_bad_alert_duration_is_refused_before_writing(tmp_path: Path) -> None:
+    done = generate(SEED, tmp_path / "out", "--down-for", "2 minutes")
+    assert done.returncode == 2
+    assert "--down-for: '2 minutes' is no duration" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_every_alert_has_its_runbook_heading(seed_out: Path) -> None:
     rules = yaml.safe_load((seed_out / "rules" / "vllm-fleet.rules.yml").read_text())
     readme = (ROOT / "README.md").read_text()

@@ -16,7 +16,7 @@ from vllm_fleet.cli.plan import PROJECT_DIR
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.monitoring.files import monitoring_files, write_files
 from vllm_fleet.monitoring.rules import Limits, limits_from
-from vllm_fleet.monitoring.targets import GPU_EXPORTER_PORT, NODE_EXPORTER_PORT
+from vllm_fleet.monitoring.targets import GPU_EXPORTER_PORT, NODE_EXPORTER_PORT, parse_duration_seconds
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
 from vllm_fleet.verify.report import Thresholds
@@ -58,6 +58,8 @@ def inventory_settings(inventory: str, hosts: list[str]) -> dict[str, dict[str, 
 
 
 def _handle(args: argparse.Namespace) -> int:
+    for value, option in ((args.alert_for, "--alert-for"), (args.down_for, "--down-for")):
+        parse_duration_seconds(value, option)  # refused before the (slow) plan is built
     facts = Path(args.facts) if args.facts else None
     plans: dict[str, HostPlan] = plan_inventory(
         args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts
@@ -73,6 +75,8 @@ def _handle(args: argparse.Namespace) -> int:
         "ttft_p99_max_s": args.ttft_p99_max,
         "kv_usage_max": args.kv_usage_max,
         "prefix_hit_rate_min": args.prefix_hit_rate_min,
+        "for_": args.alert_for,
+        "down_for": args.down_for,
     }
     host_limits = {h: limits_from(thresholds_of(s, h), **monitoring) for h, s in settings.items()}
     files = monitoring_files(
@@ -123,6 +127,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kv-usage-max", type=_fraction, default=0.9, help="KV cache usage mark (fraction)")
     parser.add_argument(
         "--prefix-hit-rate-min", type=_fraction, default=0.05, help="prefix-cache hit rate mark (fraction)"
+    )
+    parser.add_argument(
+        "--alert-for",
+        default=Limits.for_,
+        help=f"how long a load condition (TTFT, queue, KV...) must hold to fire (default: {Limits.for_})",
+    )
+    parser.add_argument(
+        "--down-for",
+        default=Limits.down_for,
+        help=f"how long /metrics must fail to fire VllmInstanceDown (default: {Limits.down_for})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

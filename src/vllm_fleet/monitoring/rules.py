@@ -34,6 +34,9 @@ class Limits:
     prefix_hit_rate_min: float = 0.05
     window: str = "5m"  # the rate() window of the recording rules
     for_: str = "10m"  # how long a condition must hold before it fires
+    # how long an instance's /metrics must fail to answer before VllmInstanceDown fires: long enough that
+    # one missed scrape (a slow answer under load) does not page, short enough to page before users notice
+    down_for: str = "2m"
 
 
 def limits_from(thresholds: Thresholds, **monitoring: Any) -> Limits:
@@ -188,7 +191,7 @@ def instance_alerts(instance: InstancePlan, fleet: str, limits: Limits) -> list[
         _alert(
             "VllmInstanceDown",
             f'up{{job="{JOB_VLLM}", {sel}}} == 0',
-            "2m",
+            limits.down_for,
             "critical",
             f"{where}: /metrics not answering",
             f"Prometheus cannot scrape {instance.unit} ({instance.base_url} on the host).",
