@@ -50,6 +50,7 @@ import pytest
 import yaml
 
 from vllm_fleet.lab.spec import NETNS_PREFIX
+from vllm_fleet.plan.host import HostPlan
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -186,7 +187,8 @@ def monitoring(lab: Lab) -> subprocess.CompletedProcess[str]:
         "-e", "fleet_monitoring_exporter_hosts=all", "-e", "fleet_monitoring_server_hosts=all",
         "-e", f"fleet_monitoring_deb_dir={deb_dir()}",
         "-e", f"fleet_monitoring_generated_dir={lab.work / 'monitoring'}",
-        "-e", f"fleet_monitoring_facts_dir={lab.work / 'reports' / 'probe'}",
+        # the plan deploy.yml applied (its preflight read the model's config.json on the host)
+        "-e", f"fleet_monitoring_plan_dir={lab.work / 'reports' / 'plan'}",
         "-e", f"fleet_monitoring_scrape_interval={SCRAPE}",
         "-e", f"fleet_monitoring_down_for={DOWN_FOR}",
     )  # fmt: skip
@@ -255,23 +257,24 @@ def test_every_planned_target_is_up_with_the_plans_labels(lab: Lab, planned) -> 
 
 
 def test_recording_rules_carry_the_plans_figures(lab: Lab) -> None:
-    (plan_file,) = (lab.work / "reports" / "plan").glob(f"{lab.host}.json")
-    plan = json.loads(plan_file.read_text())
-    (deployed,) = [i for i in plan["instances"] if i["name"] == "i0"]
-    capacity = deployed.get("capacity") or {}
-    tokens = capacity.get("gpu_kv_tokens") or deployed["expectations"]["kv_cache_tokens"]
+    """The figures of the plan deploy applied, as Prometheus evaluates them. A CPU plan (the lab's) has no
+    KV capacity (nothing to size against a GPU): its figure is the queue mark every plan has, and the
+    planned-tokens series must be absent rather than made up."""
+    plan = HostPlan.from_dict(json.loads((lab.work / "reports" / "plan" / f"{lab.host}.json").read_text()))
+    (deployed,) = [i for i in plan.instances if i.name == "i0"]
     ours = f'fleet=~".+", host="{lab.host}", instance="i0"'
 
-    (record,) = wait_for(
-        "planned KV tokens", lambda: lab.query(f"vllm_fleet:planned_gpu_kv_tokens{{{ours}}}"), 30
+    def value(record: str) -> float:
+        (series,) = wait_for(record, lambda: lab.query(f"{record}{{{ours}}}"), 30)
+        return float(series["value"][1])
+
+    concurrency = (deployed.capacity or {}).get("concurrency_at_avg_input_len") or 1
+    assert value("vllm_fleet:planned_waiting_max") == max(1, int(concurrency))
+    # the same group evaluated: no capacity line for a plan without capacity (the GPU path: unit tests)
+    assert plan.cpu_only and deployed.capacity is None
+    assert not lab.query("vllm_fleet:planned_gpu_kv_tokens") and not lab.query(
+        "vllm_fleet:kv_cache_used_tokens"
     )
-    assert float(record["value"][1]) == float(tokens), (record, tokens)
-    # the tokens in use are vLLM's usage fraction times that plan figure
-    (used,) = wait_for(
-        "KV tokens in use", lambda: lab.query(f"vllm_fleet:kv_cache_used_tokens{{{ours}}}"), 30
-    )
-    (usage,) = lab.query(f'vllm:kv_cache_usage_perc{{job="vllm", {ours}}}')
-    assert float(used["value"][1]) == pytest.approx(float(usage["value"][1]) * float(tokens), abs=1.0)
 
     rules = lab.api("/api/v1/rules")["groups"]
     assert {g["name"] for g in rules} == {"vllm-fleet.records", "vllm-fleet.planned", "vllm-fleet.alerts"}

@@ -136,11 +136,21 @@ def recording_rules(window: str) -> list[dict[str, Any]]:
 
 
 def planned_rules(plans: Mapping[str, HostPlan], fleet: str) -> list[dict[str, Any]]:
-    """The plan's figures as series (the dashboard's capacity line) and the KV tokens in use against them."""
+    """The plan's figures as series (the dashboard's capacity and queue lines) and the KV tokens in use
+    against the planned capacity."""
     rules: list[dict[str, Any]] = []
     for plan in plans.values():
         for instance in plan.instances:
             labels = {"fleet": fleet, "host": instance.host, "instance": instance.name}
+            # every plan has it (a CPU plan has no KV capacity): VllmRequestsQueueing's mark, drawn on the
+            # dashboard beside the waiting queue
+            rules.append(
+                {
+                    "record": "vllm_fleet:planned_waiting_max",
+                    "expr": f"vector({queue_limit(instance)})",
+                    "labels": labels,
+                }
+            )
             tokens = planned_kv_tokens(instance)
             if tokens:
                 rules.append(
