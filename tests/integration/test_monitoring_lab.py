@@ -36,7 +36,6 @@ VLLM_FLEET_LAB_INVENTORY=DIR/inventory.yml pytest tests/integration/test_monitor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -126,16 +125,21 @@ class Lab:
     """The lab host as the inventory gives it, and HTTP to it from inside the lab's control namespace."""
 
     def __init__(self, inv: Path, work: Path) -> None:
-        listed = run([str(BIN / "ansible-inventory"), "-i", str(inv), "--list"], 120)
-        assert listed.returncode == 0, listed.stderr
-        ((self.host, host_vars),) = json.loads(listed.stdout)["_meta"]["hostvars"].items()
+        # As Ansible templates them (the embedded inventory derives the key file and the API key from the
+        # lab's name): `debug` runs on the controller, nothing reaches the host. The output holds the key,
+        # so it is parsed, never shown.
+        wanted = (
+            "{'host': inventory_hostname, 'address': ansible_host, 'lab': vllm_fleet_lab_name, "
+            "'key': vllm_service_api_key}"
+        )
+        debug = ["ansible.builtin.debug", "-a", f"msg={{{{ {wanted} }}}}"]
+        shown = run([str(BIN / "ansible"), "-i", str(inv), "all", "-o", "-m", *debug], 120)
+        assert shown.returncode == 0, f"the lab host's variables: {shown.stderr[-2000:]}"
+        (line,) = [ln for ln in shown.stdout.splitlines() if " => " in ln]
+        found = json.loads(line.split(" => ", 1)[1])["msg"]
         self.inv, self.work = inv, work
-        self.address = str(host_vars["ansible_host"])
-        self.netns = f"{NETNS_PREFIX}{host_vars['vllm_fleet_lab_name']}.ctl"
-        # inventory/group_vars/lab/vllm.yml: sha256 of the lab's SSH private key, as lookup('file') reads it
-        # (trailing whitespace stripped). Kept out of every message.
-        key_file = Path(str(host_vars["ansible_ssh_private_key_file"]))
-        self._api_key = hashlib.sha256(key_file.read_text().rstrip().encode()).hexdigest()
+        self.host, self.address, self._api_key = found["host"], found["address"], found["key"]
+        self.netns = f"{NETNS_PREFIX}{found['lab']}.ctl"
         self.prometheus = f"http://{self.address}:{PROMETHEUS_PORT}"
 
     def curl(self, *args: str) -> tuple[int, str]:
