@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.host import InstancePlan, connect_address
 from vllm_fleet.verify.logcheck import _EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
 from vllm_fleet.verify.logcheck import Check, check_log, parse_log
@@ -858,12 +859,7 @@ def report_path(report_dir: str | os.PathLike[str], host: str, instance: str) ->
 
 def save_report(report_dir: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
     """Write `<dir>/<host>--<instance>.json` atomically, so a reader never sees half a file."""
-    path = report_path(report_dir, str(data["host"]), str(data["instance"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_json(report_path(report_dir, str(data["host"]), str(data["instance"])), data)
 
 
 def load_report(report_dir: str | os.PathLike[str], host: str, instance: str) -> dict[str, Any] | None:
