@@ -158,7 +158,17 @@ def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(lab
     assert planned == host
 
     before = on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0")
+    verified = json.loads((reports / "verify" / f"{LAB}-1--i0.json").read_text())
+    assert verified["full"] and verified["verified_start"]["invocation_id"] == before
     second = site(inventory, reports)
     assert second.returncode == 0, second.stdout[-5000:]
     assert recap(second)["changed"] == 0, second.stdout[-5000:]
     assert on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0") == before
+    # The same start of the same plan passed the full checks: the re-run sends no test requests, and still
+    # checks what a running instance can lose.
+    rechecked = json.loads((reports / "verify" / f"{LAB}-1--i0.json").read_text())
+    assert rechecked["ok"] and not rechecked["full"], rechecked["checks"]
+    assert rechecked["verified_start"] == verified["verified_start"]
+    names = {check["name"] for check in rechecked["checks"]}
+    assert {"readiness", "restarts", "api_health", "api_models_served_name", "api_metrics"} <= names
+    assert "api_completion" not in names and "ttft_p99" not in names
