@@ -333,6 +333,12 @@ _EXCEPTION_LINE = re.compile(
 )
 TRACEBACK_MAX_LINES = 400
 _DEAD_ERRORS = ("EngineDeadError", "AsyncEngineDeadError")
+# A deliberate stop (LogParser._on_stop): vLLM 0.26's signal handlers, uvicorn's own line.
+_STOP_SIGNAL = re.compile(
+    r"\[shutdown\] (?:API server: shutdown triggered|EngineCore: trigger received signal=(?P<sig>SIG[A-Z]+))"
+)
+_UVICORN_STOP = re.compile(r"^INFO:\s+Shutting down$")
+_STOP_EXCEPTIONS = ("CancelledError", "KeyboardInterrupt")
 # --- KV offload tier (vllm/distributed/kv_transfer/kv_connector/factory.py, vllm/v1/kv_offload/factory.py,
 # vllm/v1/kv_offload/cpu/gpu_worker.py, vllm/distributed/kv_transfer/kv_connector/v1/metrics.py) -------------
 _OFFLOAD_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -442,6 +448,7 @@ class LogReport:
     kv_offload: dict[str, Any] | None = None
     engine_dead: bool = False
     engine_death: dict[str, Any] | None = None
+    stop: dict[str, Any] | None = None  # a deliberate stop (SIGINT/SIGTERM) and what it printed after
     errors: list[LogError] = field(default_factory=list)
     error_counts: dict[str, int] = field(default_factory=dict)
     lines_read: int = 0
@@ -604,6 +611,7 @@ class LogParser:
         self.joins: list[tuple[LogError, list[str]]] = []  # errors whose message may continue on next lines
         self.traceback: list[Any] | None = None  # [first line, lines seen] of a traceback after readiness
         self.serving = False  # readiness announced since the last start banner (a journal may hold restarts)
+        self.stopping = 0  # 0 running; 1 uvicorn said "Shutting down"; 2 a SIGINT/SIGTERM handler said so
         self.stats_lines: list[str] = []
         self.prefix_line: tuple[str, str] | None = None  # the last line that showed the prefix-cache hit rate
 
@@ -708,6 +716,8 @@ class LogParser:
             if not found:
                 return
             values = {"exception": found.group("exc"), "message": (found.group("msg") or "").strip()}
+            if self._stop_noise("traceback_after_ready", values["exception"]):
+                return
             self._error("traceback_after_ready", line, values)
             death = self.report.engine_death
             if (
@@ -736,6 +746,7 @@ class LogParser:
             if match:
                 _set(self.report, "version", match.group("v"), line)
                 self.serving = False
+                self.stopping = 0
                 return
 
     def _on_kv_report(self, line: str) -> None:
@@ -974,6 +985,8 @@ class LogParser:
         report = self.report
         if not _ENGINE_DEATH.search(line) or not (self.serving or _RUNNING_ENGINE_DEATH.search(line)):
             return
+        if self._stop_noise("engine_dead", "EngineDeadError" if "DeadError" in line else "engine death"):
+            return
         self.serving = True  # the traceback that follows is the root cause
         report.engine_dead = True
         if report.engine_death is None:
@@ -984,6 +997,35 @@ class LogParser:
     def _on_traceback(self, line: str) -> None:
         if self.serving and "Traceback (most recent call last)" in line:
             self.traceback = [line, 0]
+
+    def _on_stop(self, line: str) -> None:
+        """A deliberate stop: vLLM's SIGINT/SIGTERM handlers (0.26: launcher.py "[shutdown] API server:
+        shutdown triggered", core.py "[shutdown] EngineCore: trigger received signal=SIGINT"), or uvicorn's
+        "Shutting down", which it also prints when vLLM stops it after an engine death (logged first)."""
+        match = _STOP_SIGNAL.search(line)
+        level = 2 if match else 1 if _UVICORN_STOP.search(line) else 0
+        if not level:
+            return
+        report = self.report
+        if report.stop is None or level > self.stopping:
+            ignored = report.stop["ignored"] if report.stop else {}
+            report.stop = {"line": line, "signal": None, "after_ready": report.ready, "ignored": ignored}
+            report.evidence["stop"] = line
+        self.stopping = max(self.stopping, level)
+        if match and match.group("sig"):
+            report.stop["signal"] = match.group("sig")
+
+    def _stop_noise(self, kind: str, exception: str) -> bool:
+        """Whether this error line is what a deliberate stop prints (counted in `stop.ignored`, not an error).
+
+        After a signal handler's line, the engine client's EngineDeadError ("AsyncLLM output_handler failed",
+        the engine was told to exit) and any traceback are the stop's own; after uvicorn's line alone only
+        the asyncio cancellation of its tasks (CancelledError, KeyboardInterrupt) is."""
+        if not self.stopping or (self.stopping == 1 and exception not in _STOP_EXCEPTIONS):
+            return False
+        ignored = self.report.stop["ignored"] if self.report.stop else {}
+        ignored[kind] = ignored.get(kind, 0) + 1
+        return True
 
     def _on_http_5xx(self, line: str) -> None:
         match = _HTTP_5XX.search(line)
@@ -1055,6 +1097,10 @@ _HANDLERS: tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...] 
     (tuple(needle for _, needles, _ in _ERROR_TABLE for needle in needles), LogParser._on_fatal),
     (_DEATH_NEEDLES, LogParser._on_engine_death),
     (("Traceback (most recent call last)",), LogParser._on_traceback),
+    (
+        ("[shutdown] API server: shutdown triggered", "trigger received signal=", "Shutting down"),
+        LogParser._on_stop,
+    ),
     (('HTTP/1.1" 5',), LogParser._on_http_5xx),
 )
 # Gates: every needle above holds one of these, so a line that holds none needs no handler. They are fewer
@@ -1126,6 +1172,9 @@ _GATES = (
     "Background loop",
     "Traceback (most recent",
     'HTTP/1.1" 5',
+    "shutdown triggered",
+    "received signal=",
+    "Shutting down",
 )
 
 
