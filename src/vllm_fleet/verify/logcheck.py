@@ -695,7 +695,7 @@ class LogParser:
             if shape is not None and shape[1] == _ONLY_STATS and not following:
                 self._on_stats_raw(block[start:end])  # a stats line only the stats handler reads
             else:
-                self._dispatch(block[start:end])
+                self._dispatch(block[start:end], hits[start])
             pos = end + 1
         if self.joins or self.traceback is not None:
             self._follow_until(block, pos, len(block))
@@ -713,13 +713,13 @@ class LogParser:
             pos = end + 1
         return pos
 
-    def _dispatch(self, raw: str) -> None:
+    def _dispatch(self, raw: str, mask: int) -> None:
         line = clean_line(raw)
         if self.joins or self.traceback is not None:
             self._follow(line)
         if not line:
             return
-        for handler in _shape_handlers(raw)[1]:
+        for handler in _shape_handlers(raw, mask)[1]:
             handler(self, line)
 
     def finish(self) -> LogReport:
@@ -1110,17 +1110,18 @@ _SETTINGS_BY_SHAPE: dict[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {}
 
 def _settings_in(line: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     """(name, patterns) of the settings whose needles the line holds, found once per line shape."""
-    shape = line.translate(_FOLD)
-    known = _SETTINGS_BY_SHAPE.get(shape)
+    shape = line.translate(_FOLD) if len(line) <= _SHAPE_MAX_CHARS else None
+    known = _SETTINGS_BY_SHAPE.get(shape) if shape is not None else None
     if known is None:
         known = tuple(
             (name, patterns)
             for name, needles, patterns in _SETTING_PATTERNS
             if any(needle in line for needle in needles)
         )
-        if len(_SETTINGS_BY_SHAPE) >= _SHAPES_LIMIT:
-            _SETTINGS_BY_SHAPE.clear()
-        _SETTINGS_BY_SHAPE[shape] = known
+        if shape is not None:
+            if len(_SETTINGS_BY_SHAPE) >= _SHAPES_LIMIT:
+                _SETTINGS_BY_SHAPE.clear()
+            _SETTINGS_BY_SHAPE[shape] = known
     return known
 
 
@@ -1268,27 +1269,34 @@ _NEEDLE_TEXTS = (*_GATES, *(needle for needles, _ in _HANDLERS for needle in nee
 _KEPT_DIGITS = {c for text in _NEEDLE_TEXTS for c in text} & set("0123456789")
 _FOLD = str.maketrans({d: "#" for d in set("0123456789") - _KEPT_DIGITS})
 _SHAPES: dict[str, tuple[int, tuple[Any, ...] | None]] = {}
-_SHAPES_LIMIT = 4096  # distinct shapes kept (emptied when full: memory stays flat)
+_SHAPES_LIMIT = 4096  # distinct shapes kept (emptied when full: memory stays flat, at most ~2 MiB)
+_SHAPE_MAX_CHARS = 512  # longer lines (config dumps, rare) are looked at directly, not kept
 _ONLY_STATS = (LogParser._on_stats,)
 
 
-def _shape_handlers(raw: str) -> tuple[int, tuple[Callable[[LogParser, str], None], ...]]:
-    """(gate mask, the handlers whose needles the raw line holds), found once per line shape."""
-    shape = raw.translate(_FOLD)
-    known = _SHAPES.get(shape)
+def _shape_handlers(
+    raw: str, mask: int | None = None
+) -> tuple[int, tuple[Callable[[LogParser, str], None], ...]]:
+    """(gate mask, the handlers whose needles the raw line holds), found once per line shape; `mask`: the
+    gates the block scan found in the line, when it did."""
+    shape = raw.translate(_FOLD) if len(raw) <= _SHAPE_MAX_CHARS else None
+    known = _SHAPES.get(shape) if shape is not None else None
     if known is None:
-        mask = 0
-        for gate, bits in _GATE_MASKS:
-            if gate in raw:
-                mask |= bits
+        if mask is None:
+            mask = 0
+            for gate, bits in _GATE_MASKS:
+                if gate in raw:
+                    mask |= bits
         called = tuple(
             handler
             for bit, (needles, handler) in enumerate(_HANDLERS)
             if mask >> bit & 1 and any(needle in raw for needle in needles)
         )
-        if len(_SHAPES) >= _SHAPES_LIMIT:
-            _SHAPES.clear()
-        known = _SHAPES[shape] = (mask, called)
+        known = (mask, called)
+        if shape is not None:
+            if len(_SHAPES) >= _SHAPES_LIMIT:
+                _SHAPES.clear()
+            _SHAPES[shape] = known
     return known
 
 
