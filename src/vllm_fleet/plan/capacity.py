@@ -287,16 +287,12 @@ def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
         layer_kinds=kinds,
         attention_sinks=info.attention_sinks,
         architectures=info.architectures,
-        mamba_chunk_size=_optional_int(cfg, ("mamba_chunk_size", "chunk_size")),
+        mamba_chunk_size=(
+            _int(cfg, ("mamba_chunk_size", "chunk_size"), source, default=0) or None
+            if isinstance(linear, MambaState)
+            else None
+        ),
     )
-
-
-def _optional_int(cfg: dict[str, Any], names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = cfg.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def default_mamba_cache_mode(
