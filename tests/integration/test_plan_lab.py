@@ -192,3 +192,15 @@ def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(
     names = {check["name"] for check in rechecked["checks"]}
     assert {"readiness", "restarts", "api_health", "api_models_served_name", "api_metrics"} <= names
     assert "api_completion" not in names and "ttft_p99" not in names
+
+    # A drift on the converged host is still found: a stopped instance is started again by deploy and, a new
+    # start, gets the full checks (the test requests included) again.
+    on_host(inventory, "systemctl stop vllm-fleet-i0")
+    third = site(inventory, reports)
+    assert third.returncode == 0, third.stdout[-5000:]
+    assert recap(third, name)["changed"] > 0, third.stdout[-5000:]
+    restarted = on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0")
+    assert restarted not in ("", before)
+    again = json.loads((reports / "verify" / f"{name}--i0.json").read_text())
+    assert again["ok"] and again["full"] and again["verified_start"]["invocation_id"] == restarted
+    assert "api_completion" in {check["name"] for check in again["checks"]}
