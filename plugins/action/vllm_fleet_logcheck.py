@@ -30,6 +30,9 @@ ARGUMENT_SPEC = {
     "ttft_p99_max_s": {"type": "float"},
     "max_restarts": {"type": "int", "default": 0},
     "fail_on_error": {"type": "bool", "default": True},
+    # vllm_fleet_wait's decision: were the test requests sent (and what did the last full check vouch for)
+    "full": {"type": "bool", "default": True},
+    "verified_start": {"type": "dict", "default": {}},
 }
 
 
@@ -59,6 +62,8 @@ class ActionModule(ActionBase):
                 thresholds=thresholds,
                 readiness=args["readiness"],
                 address=args["address"],
+                full=args["full"],
+                verified_start=args["verified_start"],
             )
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_logcheck ({host}): {exc}") from exc

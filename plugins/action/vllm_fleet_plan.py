@@ -4,7 +4,8 @@ Thin by design: the plan is `vllm_fleet.plan.build.build_host_plan` (layout, ser
 fleet checks); the variables are read and the argument specs checked by `vllm_fleet.plan.inventory` with
 ansible-core's own Templar and ArgumentSpecValidator, exactly as `vllm-fleet plan --inventory` does. Touches
 no host. Fails with every error of the host at once; returns the plan as the fact `vllm_fleet_plan`
-(`HostPlan.to_dict()`).
+(`HostPlan.to_dict()`) and writes it (and the probe's facts) on the controller in Python: three delegated
+file tasks per host cost a converged re-run seconds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.plan.host import plain
 from vllm_fleet.plan.inventory import argument_spec_errors, role_variables
 from vllm_fleet.plan.model_config import model_config_from
 from vllm_fleet.probe.topology import Topology
@@ -31,6 +34,11 @@ ARGUMENT_SPEC = {
     "model_config": {"type": "raw"},
     "model_config_read": {"type": "dict", "default": {}},
     "roles_dir": {"type": "path", "required": True},
+    # On the controller: the probe's facts (`probe`, the gpu_topology fact) kept as <probe_dir>/<host>.json
+    # for `vllm-fleet plan --inventory`, and the plan, once it has no error, as <plan_dir>/<host>.json.
+    "probe": {"type": "dict"},
+    "probe_dir": {"type": "path"},
+    "plan_dir": {"type": "path"},
 }
 
 
@@ -47,6 +55,8 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(ARGUMENT_SPEC)
         host = task_vars.get("inventory_hostname", "localhost")
         roles_dir = Path(args["roles_dir"])
+        if args["probe"] is not None and args["probe_dir"]:
+            write_json(Path(args["probe_dir"]) / f"{host}.json", plain(args["probe"]))
         try:
             given, variables = role_variables(task_vars, roles_dir, self._template)
             errors = argument_spec_errors(roles_dir, given)
@@ -72,6 +82,8 @@ class ActionModule(ActionBase):
             display.warning(f"vllm_fleet_plan ({host}) {warning}")
         data = plan.to_dict()
         result.update(changed=False, ansible_facts={"vllm_fleet_plan": data}, plan=data)
+        if not plan.errors and args["plan_dir"]:
+            result["plan_path"] = str(write_json(Path(args["plan_dir"]) / f"{host}.json", data))
         if plan.errors:
             result["failed"] = True
             result["msg"] = (

@@ -18,6 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.host import InstancePlan
 from vllm_fleet.verify.progress import WAIT_PROGRESS_INTERVAL_S, last_log_line, wait_progress_line
 from vllm_fleet.verify.report import (
     JOURNAL_ARGV,
@@ -27,6 +28,8 @@ from vllm_fleet.verify.report import (
     api_target,
     classify_readiness,
     crash_message,
+    load_report,
+    needs_full_checks,
     parse_systemctl_show,
     ready_timeout,
 )
@@ -41,6 +44,9 @@ ARGUMENT_SPEC = {
     "request_timeout": {"type": "int", "default": 5},
     "journal_lines": {"type": "int", "default": 2000},
     "progress_interval": {"type": "int", "default": WAIT_PROGRESS_INTERVAL_S},
+    # where vllm_fleet_logcheck keeps the instance's last report; `full` sends the test requests regardless
+    "report_dir": {"type": "path"},
+    "full": {"type": "bool", "default": False},
 }
 # Shown live: a worker's display calls go through Ansible's result queue to the terminal as they happen.
 display = Display()
@@ -165,6 +171,13 @@ class ActionModule(ActionBase):
             invocation_id=baseline.invocation_id if baseline else "",
         )
         if verdict.state == "ready":
+            # The test requests run after a (re)start, a plan change or a failed check, or when asked.
+            previous = None
+            if args["report_dir"] and not args["full"]:
+                previous = load_report(args["report_dir"], host, target.instance)
+            full = needs_full_checks(previous, InstancePlan.from_dict(args["plan"]), result["invocation_id"])
+            result["full_checks"] = full
+            result["verified_start"] = {} if full else dict(previous["verified_start"])
             return result
         journal, source = self._journal(
             unit, baseline.invocation_id if baseline else "", args["journal_lines"], task_vars

@@ -79,6 +79,15 @@ options:
     description: Fail the host when a check fails (false only records the report).
     type: bool
     default: true
+  full:
+    description:
+      - Whether the test requests were sent (vllm_fleet_wait's O(full_checks)); false leaves their checks out.
+    type: bool
+    default: true
+  verified_start:
+    description: vllm_fleet_wait's O(verified_start), carried into the report when O(full=false).
+    type: dict
+    default: {}
 author:
   - vllm-fleet
 """

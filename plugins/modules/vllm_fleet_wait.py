@@ -55,6 +55,14 @@ options:
         /health, the last line vLLM logged); 0 prints none.
     type: int
     default: 30
+  report_dir:
+    description:
+      - Where vllm_fleet_logcheck keeps the instance's last report; read to decide O(full_checks).
+    type: path
+  full:
+    description: Report O(full_checks=true) whatever the last report says (vllm_verify_full).
+    type: bool
+    default: false
 author:
   - vllm-fleet
 """
@@ -102,6 +110,16 @@ unit_state:
   description: The unit's last C(systemctl show) properties.
   type: dict
   returned: always
+full_checks:
+  description:
+    - False when the last report passed and its full checks vouch for this start (InvocationID) of this plan
+      (then the test requests need not be sent again); true otherwise.
+  type: bool
+  returned: when ready
+verified_start:
+  description: What the last full check vouched for (invocation_id, plan_sha256), when full_checks is false.
+  type: dict
+  returned: when ready
 errors:
   description: Fatal log lines (kind, line) of the failed start.
   type: list

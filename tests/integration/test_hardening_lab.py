@@ -12,14 +12,12 @@ tiny model), installed by playbooks/install.yml and deployed by playbooks/deploy
   verify, in any file below /etc, /var/lib/vllm-fleet, /var/cache/vllm-fleet, /tmp or /run on the host except
   the 0600 EnvironmentFile, in the journal, or in the controller's reports.
 
-Run under the lab lock:
-`flock /tmp/vllm-fleet-lab.lock .venv/bin/pytest tests/integration/test_hardening_lab.py`.
-VLLM_FLEET_HARDENING_LAB names the lab (default hardening-it).
+It runs on the shared installed lab (tests/integration/conftest.py); VLLM_FLEET_LAB_INVENTORY points it at
+another lab host with vLLM installed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -36,7 +34,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-LAB = os.environ.get("VLLM_FLEET_HARDENING_LAB", "hardening-it")
 UNIT = "vllm-fleet-i0.service"
 FILTER = [
     "-p",
@@ -90,33 +87,15 @@ def on_host(inv: Path, tree: Path, argv: list[str], stdin: str | None = None) ->
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory):
-    if os.geteuid() != 0:
-        pytest.fail("the lab needs root (network namespaces, systemd-nspawn)")
-    work = tmp_path_factory.mktemp("hardening-lab")
-    inv = work / "inventory.yml"
-    # the embedded lab's variables, its API key included (derived from the lab's own SSH key)
-    (work / "group_vars" / "lab").mkdir(parents=True)
-    shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", work / "group_vars" / "lab")
-    up = run([str(BIN / "vllm-fleet"), "lab", "up", "--name", LAB, "--hosts", "1", "--inventory", str(inv)])
-    try:
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        install = playbook(inv, "playbooks/install.yml", timeout=2400)
-        assert install.returncode == 0, install.stdout[-4000:]
-        yield inv, work
-    finally:
-        run([str(BIN / "vllm-fleet"), "lab", "down", "--name", LAB], timeout=300)
+def lab(installed_lab, tmp_path_factory: pytest.TempPathFactory):
+    """The shared installed lab (tests/integration/conftest.py: the embedded default, vLLM installed once)."""
+    return installed_lab.inventory, tmp_path_factory.mktemp("hardening-lab")
 
 
 @pytest.fixture(scope="module")
 def deployed(lab):
     """deploy.yml then verify.yml, both -vvv, with an API key and a secret environment variable set."""
     inv, work = lab
-    key_file = yaml.safe_load(inv.read_text())["all"]["children"]["lab"]["vars"][
-        "ansible_ssh_private_key_file"
-    ]
-    # what inventory/group_vars/lab/vllm.yml derives: lookup('file') strips the trailing newline
-    api_key = hashlib.sha256(Path(key_file).read_text().rstrip().encode()).hexdigest()
     hf_token = "hf_" + secrets.token_hex(20)
     extra = work / "secrets.yml"
     extra.write_text(yaml.safe_dump({"vllm_service_secret_env": {"HF_TOKEN": hf_token}}))
@@ -136,6 +115,10 @@ def deployed(lab):
         "-e",
         "vllm_verify_ready_timeout=900",
     )
+    # The lab's key (inventory/group_vars/lab/vllm.yml derives it per lab), as the unit received it: what
+    # must appear nowhere else.
+    env_file = on_host(inv, work / "t", ["cat", "/etc/vllm-fleet/i0.env"])["stdout"]
+    api_key = re.search(r"^VLLM_API_KEY=(\S+)$", env_file, re.M).group(1).strip("'\"")
     return {
         "inv": inv,
         "work": work,

@@ -1,13 +1,15 @@
-"""One plan per host, against a fresh lab host (real systemd, apt, sshd; nothing of vllm-fleet installed yet).
+"""One plan per host, against a fresh lab host (real systemd, apt, sshd; nothing of vllm-fleet installed yet)
+and the shared installed lab.
 
 - site.yml with one bad variable of any role stops in preflight, naming the variable; the host is left
   exactly as it was (no service user, no venv, no /etc/vllm-fleet): the roles' argument specs are checked by
   the plan before the first play that changes anything;
 - a max_model_len beyond what the model's own config.json supports is refused from that config.json, read
   from the host (read-only) before anything is installed;
-- site.yml then converges; the plan deploy writes (/etc/vllm-fleet/i0.json) is the plan preflight wrote
-  (reports/plan/<host>.json) and the plan `vllm-fleet plan --inventory` prints for the same inventory;
-  a second site.yml changes nothing and restarts nothing.
+- site.yml converges the shared installed lab (tests/integration/conftest.py); the plan deploy writes
+  (/etc/vllm-fleet/i0.json) is the plan preflight wrote (reports/plan/<host>.json) and the plan
+  `vllm-fleet plan --inventory` prints for the same inventory; a second site.yml changes nothing, restarts
+  nothing and sends no test requests (the light re-check).
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ def site(inv: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess[s
     )
 
 
-def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+def recap(proc: subprocess.CompletedProcess[str], name: str) -> dict[str, int]:
     line = proc.stdout.split("PLAY RECAP")[-1].split("\n")
-    host = next(part for part in line if part.startswith(LAB))
+    host = next(part for part in line if part.startswith(name))
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", host)}
 
 
@@ -127,18 +129,37 @@ def test_a_bad_variable_stops_site_yml_in_preflight_before_any_change(
     assert on_host(inventory, NOTHING_INSTALLED).endswith("untouched")
 
 
-def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(lab: tuple[Path, Path]) -> None:
-    inventory, work = lab
-    reports = work / "reports"
+def _only_host(inventory: Path) -> str:
+    listed = run([str(BIN / "ansible-inventory"), "-i", str(inventory), "--list"])
+    assert listed.returncode == 0, listed.stderr
+    (host,) = json.loads(listed.stdout)["_meta"]["hostvars"]
+    return host
+
+
+def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(
+    installed_lab, tmp_path: Path
+) -> None:
+    """On the shared installed lab (vLLM is there: site.yml tunes, deploys and verifies)."""
+    inventory = installed_lab.inventory
+    name = _only_host(inventory)
+    reports = tmp_path / "reports"
     first = site(inventory, reports)
     assert first.returncode == 0, first.stdout[-5000:]
-    host = next(iter(json.loads((reports / "plan" / f"{LAB}-1.json").read_text())["instances"]))
+    host = next(iter(json.loads((reports / "plan" / f"{name}.json").read_text())["instances"]))
     deployed = json.loads(on_host(inventory, "cat /etc/vllm-fleet/i0.json"))
     assert deployed == host
     # The CLI plans the same host from the facts preflight kept and the tiny model's config.json on the
-    # controller (the lab's cached copy of what the host reads), without touching the host.
+    # controller (the lab's cached copy of what the host reads), without touching the host: a copy of the
+    # inventory with that one variable added.
+    copy = tmp_path / "inventory"
+    if inventory.is_dir():
+        shutil.copytree(inventory, copy, ignore=shutil.ignore_patterns("examples"))
+    else:  # a lab's own inventory file (VLLM_FLEET_LAB_INVENTORY)
+        copy.mkdir()
+        shutil.copy(inventory, copy / inventory.name)
     (config,) = LAB_ROOT.glob("cache/model-tiny-*/config.json")
-    (work / "group_vars" / "lab" / "zz-model.yml").write_text(
+    (copy / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (copy / "group_vars" / "all" / "zz-model.yml").write_text(
         yaml.safe_dump({"vllm_service_model_config": str(config)})
     )
     cli = run(
@@ -146,19 +167,28 @@ def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(lab
             str(BIN / "vllm-fleet"),
             "plan",
             "--inventory",
-            str(inventory),
+            str(copy),
             "--facts",
             str(reports / "probe"),
             "--json",
         ]
     )
-    (work / "group_vars" / "lab" / "zz-model.yml").unlink()
     assert cli.returncode == 0, cli.stderr
-    planned = json.loads(cli.stdout)["hosts"][f"{LAB}-1"]["instances"][0]
+    planned = json.loads(cli.stdout)["hosts"][name]["instances"][0]
     assert planned == host
 
     before = on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0")
+    verified = json.loads((reports / "verify" / f"{name}--i0.json").read_text())
+    assert verified["full"] and verified["verified_start"]["invocation_id"] == before
     second = site(inventory, reports)
     assert second.returncode == 0, second.stdout[-5000:]
-    assert recap(second)["changed"] == 0, second.stdout[-5000:]
+    assert recap(second, name)["changed"] == 0, second.stdout[-5000:]
     assert on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0") == before
+    # The same start of the same plan passed the full checks: the re-run sends no test requests, and still
+    # checks what a running instance can lose.
+    rechecked = json.loads((reports / "verify" / f"{name}--i0.json").read_text())
+    assert rechecked["ok"] and not rechecked["full"], rechecked["checks"]
+    assert rechecked["verified_start"] == verified["verified_start"]
+    names = {check["name"] for check in rechecked["checks"]}
+    assert {"readiness", "restarts", "api_health", "api_models_served_name", "api_metrics"} <= names
+    assert "api_completion" not in names and "ttft_p99" not in names

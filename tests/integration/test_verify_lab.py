@@ -5,7 +5,8 @@ playbooks/install.yml), then three starts of instance i0
 under a real systemd (tests/integration/verify/hand_unit.yml writes the unit and the plan as vllm_service
 does; the verify role reads only what is on the host):
 
-- deployed by the real roles (playbooks/deploy.yml): every check passes, in --check too;
+- deployed by the real roles (playbooks/deploy.yml): every check passes, in --check too, and
+  `vllm-fleet verify --url` (the CLI, no systemd) gives the role's verdict on the same start;
 - healthy: every check passes, a JSON report is saved, the fleet table prints, nothing changes on the host;
 - a max_model_len its 1 GiB KV cache cannot hold, and a flag vLLM rejects: the play fails at the first poll
   after the crash, well before the readiness deadline, with vLLM's fatal line in the message.
@@ -25,6 +26,8 @@ from pathlib import Path
 
 import pytest
 from plans import lab_instance_plan
+
+from vllm_fleet.lab.spec import NETNS_PREFIX
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -143,9 +146,76 @@ def test_instance_deployed_by_vllm_service_passes_every_check(lab) -> None:
     data = report_of(reports)
     assert data["ok"] and data["log"]["kv_cache_tokens"] == 1048576
     assert data["target"]["base_url"] == "http://127.0.0.1:8000"  # --host 0.0.0.0: called on loopback
+    cli_gives_the_roles_verdict(inv, work, data)
     check_mode = verify(inv, work / "reports-check", "-e", lab_vars, "--check")
     assert check_mode.returncode == 0, check_mode.stdout[-4000:]
     assert "1/1 instances passed" in check_mode.stdout
+
+
+def _lab_host(inv: Path) -> tuple[str, str]:
+    """(the lab host's address, the lab's control namespace), from the inventory as Ansible reads it."""
+    listed = run([str(BIN / "ansible-inventory"), "-i", str(inv), "--list"])
+    assert listed.returncode == 0, listed.stderr
+    (host_vars,) = json.loads(listed.stdout)["_meta"]["hostvars"].values()
+    return str(host_vars["ansible_host"]), f"{NETNS_PREFIX}{host_vars['vllm_fleet_lab_name']}.ctl"
+
+
+def cli_gives_the_roles_verdict(inv: Path, work: Path, by_role: dict) -> None:
+    """`vllm-fleet verify --url` (no systemd: what a container or the GPU bundle runs) on the start the role
+    just verified: the plan the role read, that start's journal as text, the API across the lab's network.
+    The lab's addresses exist only inside its namespaces, so the CLI runs in the control namespace (from the
+    root namespace the route would leave the machine). Same checks, same verdicts, except `restarts`, which
+    only systemd can answer."""
+    plan = work / "i0.json"
+    plan.write_text(on_host(inv, work / "tree", "cat /etc/vllm-fleet/i0.json")["stdout"])
+    invocation = by_role["readiness"]["invocation_id"]
+    journal = f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation}"
+    log = work / "i0.log"
+    log.write_text(on_host(inv, work / "tree", journal)["stdout"] + "\n")
+    # the key as the unit received it (the lab derives it per lab), handed over in the environment
+    env_file = on_host(inv, work / "tree", "cat /etc/vllm-fleet/i0.env")["stdout"]
+    key = re.search(r"^VLLM_API_KEY=(\S+)$", env_file, re.M).group(1).strip("'\"")
+    address, netns = _lab_host(inv)
+    url = f"http://{address}:8000"
+    command = [
+        str(BIN / "vllm-fleet"),
+        "verify",
+        "--plan",
+        str(plan),
+        "--log",
+        str(log),
+        "--url",
+        url,
+        "--json",
+    ]
+    cli = subprocess.run(
+        ["ip", "netns", "exec", netns, *command],
+        cwd=ROOT,
+        env={**_env(), "VLLM_API_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stdout[-4000:] + cli.stderr[-2000:]
+    assert key not in cli.stdout + cli.stderr
+    by_cli = json.loads(cli.stdout)
+
+    def verdicts(report: dict) -> dict[str, bool]:
+        return {c["name"]: c["ok"] for c in report["checks"] if c["name"] != "restarts"}
+
+    assert verdicts(by_cli) == verdicts(by_role)
+    assert "restarts" in {c["name"] for c in by_role["checks"]}
+    assert "restarts" not in {c["name"] for c in by_cli["checks"]}
+    seen = {c["name"]: c["seen"] for c in by_cli["checks"]}
+    role_seen = {c["name"]: c["seen"] for c in by_role["checks"]}
+    for name in ("kv_cache_tokens", "max_concurrency", "kv_cache_dtype", "api_models_served_name"):
+        assert seen[name] == role_seen[name], name
+    assert by_cli["metrics"]["prefix_cache_hits"] > 0 and by_role["metrics"]["prefix_cache_hits"] > 0
+    assert by_cli["target"]["base_url"] == url
+    # the CLI only reads: the instance still runs the start the role verified
+    show = on_host(inv, work / "tree", "systemctl show -p InvocationID vllm-fleet-i0.service")["stdout"]
+    assert show.strip() == f"InvocationID={invocation}"
 
 
 def test_healthy_instance_passes_every_check(lab) -> None:

@@ -120,9 +120,8 @@ def test_a_lookup_in_the_inventory_resolves_in_a_fresh_cli_process(tmp_path: Pat
 
     key_file = tmp_path / "key.txt"
     key_file.write_text("from-a-file-not-a-secret\n")
-    inventory = _seed_copy(
-        tmp_path, vllm_service_api_key=f"{{{{ lookup('ansible.builtin.file', '{key_file}') | hash('sha256') }}}}"
-    )
+    lookup = f"lookup('ansible.builtin.file', '{key_file}')"
+    inventory = _seed_copy(tmp_path, vllm_service_api_key=f"{{{{ {lookup} | hash('sha256') }}}}")
     done = subprocess.run(
         [str(Path(sys.executable).with_name("vllm-fleet")), "plan", "--inventory", str(inventory), "--json"],
         capture_output=True,

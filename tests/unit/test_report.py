@@ -17,6 +17,7 @@ from plans import lab_instance_plan
 
 from vllm_fleet.cli import main as cli_main
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.host import InstancePlan
 from vllm_fleet.verify.logcheck import parse_log
 from vllm_fleet.verify.metrics import MetricsSummary
 from vllm_fleet.verify.report import (
@@ -30,8 +31,11 @@ from vllm_fleet.verify.report import (
     fleet_summary,
     fleet_table,
     journal_text,
+    load_report,
     load_reports,
+    needs_full_checks,
     probe_prompt,
+    report_path,
     save_report,
 )
 
@@ -363,3 +367,69 @@ def test_spec_acceptance_from_the_real_specdecoding_line_when_metrics_lack_it(
     )
     assert (check.ok, check.seen) == (ok, pytest.approx(rate))
     assert check.expected == ">= 0.30"
+
+
+def test_a_rerun_on_the_verified_start_of_the_same_plan_skips_only_the_test_requests() -> None:
+    """The decision vllm_fleet_wait makes before the requests, over the recorded healthy start: a full report
+    vouches for its start and plan; the next run at the same start checks what a running instance can lose."""
+    plan = _plan()
+    first = _healthy_report(plan).to_dict()
+    invocation = "4f2c1a9e0b7d4c3e8a6b5d2f1e0c9b8a"
+    first_with_start = _healthy_report_at(plan, invocation).to_dict()
+    assert first["verified_start"] == {}  # no InvocationID: nothing to vouch for, the next run is full again
+    start = first_with_start["verified_start"]
+    assert (
+        first_with_start["full"] and start["invocation_id"] == invocation and len(start["plan_sha256"]) == 64
+    )
+
+    instance = InstancePlan.from_dict(plan)
+    assert not needs_full_checks(first_with_start, instance, invocation)
+    assert needs_full_checks(first_with_start, instance, "a-new-start")  # restarted since
+    assert needs_full_checks(None, instance, invocation)  # no report yet
+    assert needs_full_checks({**first_with_start, "ok": False}, instance, invocation)  # it failed last time
+    changed = InstancePlan.from_dict({**plan, "expectations": {**plan["expectations"], "max_model_len": 128}})
+    assert needs_full_checks(first_with_start, changed, invocation)  # the plan changed, the unit did not
+
+    api = {k: v for k, v in _api().items() if k not in ("completion", "chat")}
+    light = _healthy_report_at(plan, invocation, api=api, full=False, verified_start=start)
+    names = {c.name for c in light.checks}
+    assert light.ok, [(c.name, c.seen) for c in light.failed()]
+    assert {
+        "readiness",
+        "kv_cache_tokens",
+        "restarts",
+        "api_health",
+        "api_models_served_name",
+        "api_metrics",
+    } <= names
+    assert not names & {"api_completion", "api_chat_completion", "prefix_cache_hits", "ttft_p99"}
+    assert light.to_dict()["full"] is False and light.verified_start == start
+    # a light run that fails vouches for nothing: the next run sends the requests again
+    down = _healthy_report_at(
+        plan, invocation, api={**api, "health": {"status": 503}}, full=False, verified_start=start
+    )
+    assert not down.ok and down.verified_start == {}
+    assert needs_full_checks(down.to_dict(), instance, invocation)
+
+
+def _healthy_report_at(plan: dict, invocation: str, api: dict | None = None, **kwargs: object):
+    return build_report(
+        host="lab-1",
+        plan=plan,
+        journal=_read("healthy", "startup.log"),
+        unit_show=_read("systemctl", "running.txt"),
+        api=api or _api(),
+        metrics_before=_read("healthy", "metrics-before.txt"),
+        metrics_after=_read("healthy", "metrics-after.txt"),
+        readiness={"state": "ready", "reason": "/health answered 200", "invocation_id": invocation},
+        **kwargs,
+    )
+
+
+def test_the_last_report_is_read_back_or_none(tmp_path: Path) -> None:
+    data = _healthy_report_at(_plan(), "abc").to_dict()
+    save_report(tmp_path, data)
+    assert load_report(tmp_path, "lab-1", data["instance"]) == json.loads(json.dumps(data, default=str))
+    assert load_report(tmp_path, "lab-2", data["instance"]) is None
+    report_path(tmp_path, "lab-1", data["instance"]).write_text("{half a file")
+    assert load_report(tmp_path, "lab-1", data["instance"]) is None

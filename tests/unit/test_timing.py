@@ -1,4 +1,11 @@
-from vllm_fleet.timing import StageTime, format_stage_table
+from vllm_fleet.timing import (
+    NO_ROLE,
+    StageTime,
+    TaskTime,
+    format_stage_table,
+    format_task_tables,
+    role_seconds,
+)
 
 
 def test_stage_table_merges_plays_of_one_name_and_totals():
@@ -22,3 +29,27 @@ def test_stage_names_shorter_than_total_stay_aligned():
         "  A           1.1 s",
         "  total       1.1 s",
     ]
+
+
+def test_roles_are_summed_slowest_first_and_the_slowest_tasks_listed():
+    tasks = [
+        TaskTime("vllm_verify", "vllm_verify : Wait for /health", 4.0),
+        TaskTime("", "Gather facts", 1.5),
+        TaskTime("vllm_service", "Write the unit", 0.5),
+        TaskTime("vllm_verify", "GET /metrics", 1.0),
+    ]
+    assert role_seconds(tasks) == {"vllm_verify": 5.0, NO_ROLE: 1.5, "vllm_service": 0.5}
+    lines = format_task_tables(tasks, slowest=2).splitlines()
+    assert lines[:5] == [
+        "role timings (wall clock, slowest first):",
+        "  vllm_verify (2 tasks)       5.0 s",
+        "  (play tasks) (1 task)       1.5 s",
+        "  vllm_service (1 task)       0.5 s",
+        "  total                       7.0 s",
+    ]
+    assert lines[5:] == [
+        "slowest 2 tasks:",
+        "  vllm_verify : Wait for /health       4.0 s",
+        "  Gather facts                         1.5 s",
+    ]
+    assert format_task_tables([]) == "role timings: no task ran"

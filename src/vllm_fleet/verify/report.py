@@ -8,6 +8,7 @@ role and `vllm-fleet logcheck` give the same verdict for the same journal.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.host import InstancePlan, connect_address
 from vllm_fleet.verify.logcheck import _EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
 from vllm_fleet.verify.logcheck import Check, check_log, parse_log
@@ -638,6 +640,9 @@ class InstanceReport:
     log: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     readiness: dict[str, Any] = field(default_factory=dict)
+    # The start (InvocationID) and plan (digest) whose full checks, test requests included, passed last.
+    verified_start: dict[str, str] = field(default_factory=dict)
+    full: bool = True
 
     def failed(self) -> list[Check]:
         return [c for c in self.checks if not c.ok]
@@ -655,6 +660,8 @@ class InstanceReport:
             "readiness": self.readiness,
             "log": self.log,
             "metrics": self.metrics,
+            "full": self.full,
+            "verified_start": self.verified_start,
         }
 
 
@@ -715,6 +722,25 @@ def check_readiness(readiness: Mapping[str, Any]) -> list[Check]:
     return checks
 
 
+def start_of(plan: InstancePlan, invocation_id: str | None) -> dict[str, str]:
+    """What a passed full check vouches for: this start of the unit, running this plan."""
+    if not invocation_id:
+        return {}
+    digest = hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
+    return {"invocation_id": str(invocation_id), "plan_sha256": digest}
+
+
+def needs_full_checks(
+    previous: Mapping[str, Any] | None, plan: InstancePlan, invocation_id: str | None
+) -> bool:
+    """True unless the last report passed, and its full checks passed at this same start of this same plan:
+    an instance that was not restarted since then has nothing new for the test requests to show."""
+    if not previous or not previous.get("ok"):
+        return True
+    vouched = previous.get("verified_start") or {}
+    return not vouched or vouched != start_of(plan, invocation_id)
+
+
 def build_report(
     *,
     host: str,
@@ -727,8 +753,15 @@ def build_report(
     thresholds: Thresholds | None = None,
     readiness: Mapping[str, Any] | None = None,
     address: str | None = None,
+    full: bool = True,
+    verified_start: Mapping[str, str] | None = None,
 ) -> InstanceReport:
     """Every check of one instance: the startup log against the plan's expectations, the API, /metrics.
+
+    `full=False` (`needs_full_checks` said the last report's full checks passed at this very start and plan,
+    `verified_start` is what that report vouched for): the test requests were not sent again and their checks
+    are left out; what a running instance can lose (health, the models, /metrics, the log since this start,
+    restarts) is checked as always.
 
     When the wait says the instance never became ready, the report holds that verdict and the fatal lines
     only: checking a dead instance's API would only repeat the same failure many times.
@@ -756,27 +789,40 @@ def build_report(
             checks.append(check_restarts(unit, thresholds))
         checks.append(check_health(target, api.get("health")))
         checks.extend(check_models(target, api.get("models")))
-        checks.append(check_completion(target, "api_completion", "/v1/completions", api.get("completion")))
-        checks.append(
-            check_completion(target, "api_chat_completion", "/v1/chat/completions", api.get("chat"))
-        )
+        if full:
+            checks.append(
+                check_completion(target, "api_completion", "/v1/completions", api.get("completion"))
+            )
+            checks.append(
+                check_completion(target, "api_chat_completion", "/v1/chat/completions", api.get("chat"))
+            )
         checks.append(check_metrics_endpoint(target, api.get("metrics")))
         if metrics_after:
             summary = summarize_metrics(metrics_after, metrics_before)
             spec_log = getattr(log_report, "spec_decode", None)
             spec = spec_log if isinstance(spec_log, Mapping) or spec_log is None else _log_dict(spec_log)
-            checks.extend(check_metrics(target, summary, thresholds, spec))
+            if full:
+                checks.extend(check_metrics(target, summary, thresholds, spec))
+            elif target.kv_offload_cpu_bytes:
+                checks.append(check_kv_offload_metrics(target, summary))
 
     kept = {
         k: readiness[k]
         for k in ("state", "reason", "waited_s", "timeout", "polls", "invocation_id", "unit_show")
         if k in readiness
     }
+    ok = bool(checks) and all(c.ok for c in checks)
+    if full:
+        verified = start_of(instance, kept.get("invocation_id")) if ok else {}
+    else:
+        verified = dict(verified_start or {}) if ok else {}
     return InstanceReport(
         host=host,
         instance=target.instance,
         unit=target.unit,
-        ok=bool(checks) and all(c.ok for c in checks),
+        ok=ok,
+        full=full,
+        verified_start=verified,
         checks=checks,
         target=target.to_dict(),
         unit_state=unit.to_dict() if unit else {},
@@ -813,12 +859,17 @@ def report_path(report_dir: str | os.PathLike[str], host: str, instance: str) ->
 
 def save_report(report_dir: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
     """Write `<dir>/<host>--<instance>.json` atomically, so a reader never sees half a file."""
-    path = report_path(report_dir, str(data["host"]), str(data["instance"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_json(report_path(report_dir, str(data["host"]), str(data["instance"])), data)
+
+
+def load_report(report_dir: str | os.PathLike[str], host: str, instance: str) -> dict[str, Any] | None:
+    """The instance's last report, or None when there is none or it cannot be read (then everything is
+    checked again, which is always safe)."""
+    try:
+        data = json.loads(report_path(report_dir, host, instance).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def load_reports(report_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
