@@ -29,6 +29,9 @@ BEHAVIOURS = {
     "rope_parameters": "0.12.0",
     # the startup line reports KV tokens per KV-cache group (hybrid models), not over all layers
     "kv_group_aware_report": "0.20.1",
+    # hybrid (Mamba/GDN + attention) models get prefix caching, mamba_cache_mode "align", unless told not to
+    # (before: off unless asked, and then "all" where the model supports it; vLLM PR #50991)
+    "hybrid_prefix_caching_by_default": "0.28.0",
     # "Maximum concurrency" is the block pool over one request's blocks (before: tokens / max_model_len)
     "max_concurrency_from_blocks": "0.9.2",
 }

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.capacity import KvShape, plan_capacity
+from vllm_fleet.plan.capacity import KvShape, default_mamba_cache_mode, plan_capacity
 from vllm_fleet.sizes import parse_size
 from vllm_fleet.verify.logcheck import check_log, parse_log
 
@@ -144,6 +144,10 @@ def test_real_log_v0_21_hybrid_qwen36_27b_tp2_fp8_e5m2_is_reproduced() -> None:
         max_model_len=262_144,
         kv_bytes_per_gpu=parse_size("9.84GiB"),
         vllm_version="0.21.0",
+        # club-3090's models/qwen3.6-27b/vllm/compose/dual/docker-compose.yml serves with
+        # --enable-prefix-caching
+        # (vLLM < 0.28 leaves it off for hybrids unless asked): "align", 2 state blocks per linear group
+        enable_prefix_caching=True,
     )
     assert plan.block_size == 1568  # the attention page raised to hold a Gated-DeltaNet state
     assert plan.num_gpu_blocks == 411
@@ -160,6 +164,7 @@ def test_real_log_v0_20_1_with_mtp3_matches_the_group_aware_formula() -> None:
         "max_model_len": 262_144,
         "vllm_version": "0.20.1",
         "num_speculative_tokens": 3,
+        "enable_prefix_caching": True,  # club-3090's compose files serve with --enable-prefix-caching
     }
     block_bytes = 16 * 1600 * 1024  # 16 attention layers per group x 1,600 tokens x 1 KiB per token per GPU
     real = log_line("log-v0.20.1-qwen3.6-27b-int4-tp2-2x3090-mtp-club3090-91.txt")
@@ -360,3 +365,39 @@ def test_tp_not_dividing_the_heads_is_refused_as_vllm_refuses_it() -> None:
             max_model_len=4096,
             kv_bytes_per_gpu=GiB,
         )
+
+
+@pytest.mark.parametrize(
+    ("prefix_caching", "version", "architectures", "mode"),
+    [
+        # vLLM 0.26.0 / 0.27.1 arg_utils: hybrids get prefix caching only when asked
+        (None, "0.26.0", ("Qwen3NextForCausalLM",), "none"),
+        (None, "0.27.1", ("NemotronHForCausalLM",), "none"),
+        # asked: "all" where the model class declares SupportsMambaPrefixCaching, else "align"
+        (True, "0.26.0", ("NemotronHForCausalLM",), "all"),
+        (True, "0.26.0", ("Qwen3NextForCausalLM",), "align"),
+        # vLLM 0.28.0 (PR #50991): on by default, always "align"
+        (None, "0.28.0", ("NemotronHForCausalLM",), "align"),
+        (None, "0.33.0", ("Qwen3NextForCausalLM",), "align"),
+        (False, "0.33.0", ("Qwen3NextForCausalLM",), "none"),
+    ],
+)
+def test_mamba_cache_mode_is_vllms_default_for_the_release(
+    prefix_caching: bool | None, version: str, architectures: tuple[str, ...], mode: str
+) -> None:
+    assert default_mamba_cache_mode(prefix_caching, version, architectures) == mode
+
+
+def test_mamba_cache_mode_follows_the_release_in_the_plan() -> None:
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": 2,
+        "kv_cache_dtype": "fp8_e5m2",
+        "max_model_len": 262_144,
+        "kv_bytes_per_gpu": parse_size("9.84GiB"),
+    }
+    # the same model and memory: 1 GDN state block per group per request on 0.26 (prefix caching off), 2 on
+    # 0.28 (on, "align"); 168 attention blocks either way
+    old = plan_capacity(model("qwen3.6-27b"), vllm_version="0.26.0", **kwargs)
+    new = plan_capacity(model("qwen3.6-27b"), vllm_version="0.28.0", **kwargs)
+    assert (old.blocks_per_request, new.blocks_per_request) == (168 + 3, 168 + 3 * 2)
+    assert "(none mode)" in old.notes[-1] and "(align mode)" in new.notes[-1]

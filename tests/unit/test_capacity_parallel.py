@@ -8,7 +8,9 @@ FullAttentionSpec.max_memory_usage_bytes, checked against numbers worked out by 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +106,45 @@ def test_mamba2_hybrid_is_sized_and_approximate() -> None:
     ssm = 128 * 64 * 128 * 2
     assert plan.linear_state_bytes_per_request_per_gpu == 3 * (conv + ssm) * 2  # align mode: 2 blocks
     assert not plan.exact and any("mamba layers" in r for r in plan.approximate_because)
+
+
+def test_mamba2_hybrid_asked_for_prefix_caching_on_0_26_is_planned_in_all_mode() -> None:
+    """vLLM 0.26 gives a SupportsMambaPrefixCaching model asked for prefix caching mamba_cache_mode "all": the
+    attention block is a multiple of lcm(chunk_size, 16) holding a state, and every block of a request keeps
+    one state per Mamba group (MambaSpec.max_memory_usage_bytes). Read in the source, no real log:
+    approximate.
+    """
+    cfg = {
+        "model_type": "granitemoehybrid",
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "num_hidden_layers": 4,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "layer_types": ["mamba", "mamba", "mamba", "attention"],
+        "mamba_n_heads": 128,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "mamba_chunk_size": 256,
+        "torch_dtype": "bfloat16",
+    }
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": 1,
+        "kv_cache_dtype": "auto",
+        "max_model_len": 8192,
+        "kv_bytes_per_gpu": GIB,
+    }
+    plan = plan_capacity(cfg, vllm_version="0.26.0", enable_prefix_caching=True, **kwargs)
+    state = (128 * 64 + 2 * 128) * 3 * 2 + 128 * 64 * 128 * 2  # conv + ssm, bf16
+    per_token = 8 * 128 * 2 * 2  # K and V of 8 heads x 128, bf16
+    tokens_per_state = math.ceil(state / per_token)  # 525
+    assert plan.block_size == 256 * math.ceil(tokens_per_state / 256) == 768
+    assert plan.blocks_per_request == 11 + 3 * 11  # 8,192 / 768 -> 11 blocks: attention and each Mamba group
+    assert not plan.exact and any('"all"' in reason for reason in plan.approximate_because)
+    # the same model on 0.28, or not asked on 0.26: "align" (2 states) / "none" (1 state), blocks of 528
+    align = plan_capacity(cfg, vllm_version="0.28.0", **kwargs)
+    none = plan_capacity(cfg, vllm_version="0.26.0", **kwargs)
+    assert align.block_size == none.block_size == 16 * math.ceil(state / (16 * per_token)) == 528
+    assert (align.blocks_per_request, none.blocks_per_request) == (16 + 3 * 2, 16 + 3 * 1)

@@ -62,6 +62,7 @@ def test_real_log_line_from_available_memory() -> None:
         "--model-config", str(MODELS / "qwen3.6-27b.config.json"), "-tp", "2",
         "--kv-bytes-per-gpu", "9.84 GiB",
         "--kv-cache-dtype", "fp8_e5m2", "--max-model-len", "262144", "--vllm-version", "0.21.0", "--json",
+        "--enable-prefix-caching",  # club-3090's dual/docker-compose.yml serves with it
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)

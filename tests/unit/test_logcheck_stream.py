@@ -39,6 +39,38 @@ def test_every_needle_holds_a_gate() -> None:
     assert uncovered == []
 
 
+def test_stats_fast_path_and_line_shapes_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stats lines cut out before the gates scan, handlers looked up per line shape: the same report as the
+    plain scan (no cut, a line's shape the line itself), on every real log here."""
+    gpu = FIXTURES / "gpu-h200-vllm-0.26.0"
+    text = (
+        "".join(public_logs())
+        + "".join(journal(name) for name in ("kv_too_small", "healthy", "offloading_on_cpu"))
+        + "".join((gpu / run / "vllm.log").read_text() for run in ("seed-dense", "next-hybrid", "refused"))
+    )
+    healthy = journal("healthy")
+    text += healthy[healthy.index("Application startup complete") :] * 20  # serving: stats and access lines
+    fast = parse_log(text).to_dict()
+    assert text.count("Avg prompt throughput") > 50 and fast["stats"] is not None  # the fast path ran
+    monkeypatch.setattr(logcheck, "_STATS_GATE", "\0 no line holds this")
+    monkeypatch.setattr(logcheck, "_FOLD", {})
+    logcheck._SHAPES.clear()
+    logcheck._SETTINGS_BY_SHAPE.clear()
+    assert parse_log(text).to_dict() == fast
+    logcheck._SHAPES.clear()
+    logcheck._SETTINGS_BY_SHAPE.clear()
+
+
+def test_a_shape_keeps_the_digits_a_needle_holds() -> None:
+    # " blocks: 0" (no KV memory) and 'HTTP/1.1" 5' (a server error) hold digits: lines differing there differ
+    zero = logcheck._shape_handlers("INFO 10-01 12:00:00 [executor.py:1] # GPU blocks: 0, # CPU blocks: 512")
+    some = logcheck._shape_handlers("INFO 10-01 12:00:00 [executor.py:1] # GPU blocks: 7, # CPU blocks: 512")
+    assert LogParser._on_fatal in zero[1] and LogParser._on_fatal not in some[1]
+    ok = logcheck._shape_handlers('INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 200 OK')
+    bad = logcheck._shape_handlers('INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 500 OK')
+    assert LogParser._on_http_5xx in bad[1] and LogParser._on_http_5xx not in ok[1]
+
+
 def test_every_gate_reaches_a_handler() -> None:
     assert all(mask for _, mask in logcheck._GATE_MASKS)
 

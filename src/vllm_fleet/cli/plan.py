@@ -122,6 +122,7 @@ def _handle(args: argparse.Namespace) -> int:
         vllm_version=args.vllm_version,
         num_speculative_tokens=parse_human_int(args.num_speculative_tokens, "--num-speculative-tokens"),
         mamba_cache_mode=args.mamba_cache_mode,
+        enable_prefix_caching=args.enable_prefix_caching,
         device=args.device,
         dtype=args.dtype,
         pipeline_parallel_size=parse_human_int(args.pipeline_parallel_size, "--pipeline-parallel-size"),
@@ -192,9 +193,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--mamba-cache-mode",
-        choices=("align", "none"),
-        default="align",
-        help="hybrid models: 'align' with prefix caching (default), 'none' without",
+        choices=("align", "none", "all"),
+        default=None,
+        help="hybrid models: default vLLM's choice for the release ('none' before 0.28.0, 'align' from it)",
+    )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="as vllm serve's flag; unset: vLLM's default (hybrid models: off before 0.28.0, on from it)",
     )
     parser.add_argument("--device", default="GPU", help="device word of the expected log line (GPU, CPU)")
     parser.add_argument("--dtype", help="model dtype when not the config's (as vLLM's --dtype)")

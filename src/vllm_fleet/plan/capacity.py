@@ -5,8 +5,10 @@ Public API (the `plan` command and the verify role use it; keep it stable):
     KvShape.from_model_config(config: dict) -> KvShape
     plan_capacity(model_config, *, tensor_parallel_size, kv_cache_dtype, max_model_len, kv_bytes_per_gpu,
                   block_size=16, max_num_batched_tokens=None, avg_input_len=None, vllm_version=None,
-                  num_speculative_tokens=0, mamba_cache_mode="align", device="GPU", dtype=None)
+                  num_speculative_tokens=0, mamba_cache_mode=None, enable_prefix_caching=None, device="GPU",
+                  dtype=None)
         -> CapacityPlan
+    default_mamba_cache_mode(enable_prefix_caching, vllm_version, architectures) -> str
     CapacityPlan.to_dict()   # the JSON of `vllm-fleet plan --json` (DESIGN §4)
 
 How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_capacity*.py):
@@ -19,7 +21,10 @@ How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_ca
 - Linear-attention layers (Gated DeltaNet in Qwen3-Next / Qwen3.5) keep a fixed recurrent state per request.
   The attention block size is raised to the smallest multiple of 16 whose page holds that state, and each
   request takes `1 + spec` (`mamba_cache_mode="none"`) or `2 + spec` (`"align"`, prefix caching on) blocks per
-  linear group.
+  linear group (`"all"`: one per block of the request, blocks rounded to the Mamba chunk size).
+  Which mode vLLM picks (`default_mamba_cache_mode`): a hybrid model gets prefix caching only when asked
+  before vLLM 0.28.0 (then "all" for the Mamba-2 families that support it, else "align"), by default from
+  0.28.0 (always "align"); without prefix caching the mode is "none".
 - vLLM >= 0.20.1 reports `tokens = int(num_blocks / blocks_per_request * max_model_len)` (group-aware); older
   releases report `num_blocks // num_groups * block_size`. Concurrency is `num_blocks / blocks_per_request`.
 """
@@ -68,6 +73,21 @@ _MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "flo
 _DEFAULT_ASSUMED_BATCHED_TOKENS = 8192
 # The attention kernels' block alignment that vLLM uses when it enlarges blocks for hybrid models.
 _HYBRID_BLOCK_ALIGNMENT = 16
+# The architectures that declare SupportsMambaPrefixCaching (vLLM 0.26.0's model_executor/models/: falcon_h1,
+# granitemoehybrid, jamba, mamba, mamba2, nemotron_h, zamba2): with prefix caching on, releases before 0.28.0
+# give them mamba_cache_mode "all", every other hybrid "align".
+_MAMBA_PREFIX_CACHING_ARCHITECTURES = frozenset(
+    {
+        "FalconH1ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "JambaForCausalLM",
+        "MambaForCausalLM",
+        "Mamba2ForCausalLM",
+        "NemotronHForCausalLM",
+        "Zamba2ForCausalLM",
+    }
+)
+_MAMBA_CACHE_MODES = ("none", "align", "all")
 # First release seen printing the group-aware token count (the v0.20.1 log of club-3090#91 matches it).
 
 
@@ -142,6 +162,8 @@ class KvShape:
     notes: tuple[str, ...] = ()
     layer_kinds: tuple[str, ...] = ()
     attention_sinks: bool = False
+    architectures: tuple[str, ...] = ()
+    mamba_chunk_size: int | None = None  # Mamba-2 SSD chunk ("all" mode rounds the block size to it)
 
     @property
     def is_mla(self) -> bool:
@@ -264,7 +286,34 @@ def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
         notes=info.notes,
         layer_kinds=kinds,
         attention_sinks=info.attention_sinks,
+        architectures=info.architectures,
+        mamba_chunk_size=(
+            _int(cfg, ("mamba_chunk_size", "chunk_size"), source, default=0) or None
+            if isinstance(linear, MambaState)
+            else None
+        ),
     )
+
+
+def default_mamba_cache_mode(
+    enable_prefix_caching: bool | None, vllm_version: str | None, architectures: tuple[str, ...] = ()
+) -> str:
+    """The `mamba_cache_mode` vLLM settles on for a hybrid model when `--mamba-cache-mode` is not given.
+
+    `enable_prefix_caching` None means the user left it unset: vLLM's `_set_default_chunked_prefill_and_
+    prefix_caching_args` then leaves it off for hybrids before 0.28.0 (0.26.0: "keep it opt-in"; the H200
+    log's cache_config_info says enable_prefix_caching="False", mamba_cache_mode="none") and on from 0.28.0
+    (vLLM PR #50991). `MambaModelConfig.verify_and_update_config` turns prefix caching into "all" for the
+    architectures that support it before 0.28.0, into "align" otherwise."""
+    if enable_prefix_caching is None:
+        enable_prefix_caching = flags.supports(vllm_version, "hybrid_prefix_caching_by_default")
+    if not enable_prefix_caching:
+        return "none"
+    if not flags.supports(vllm_version, "hybrid_prefix_caching_by_default") and (
+        _MAMBA_PREFIX_CACHING_ARCHITECTURES & set(architectures)
+    ):
+        return "all"
+    return "align"
 
 
 def _kv_dtype_bytes(kv_cache_dtype: str, shape: KvShape, model_dtype: str) -> int:
@@ -452,6 +501,21 @@ def _approximate_because(
     return reasons
 
 
+def _hybrid_block_size(
+    linear_page: int, per_layer_rank: int, block_size: int, mamba_cache_mode: str, shape: KvShape
+) -> int:
+    """The attention block size vLLM sets so one attention page holds a Mamba/GDN state
+    (`Platform.update_block_size_for_backend`, vLLM 0.26): the smallest multiple of the kernel alignment,
+    in "all" mode of lcm(Mamba chunk size, alignment)."""
+    if not per_layer_rank:
+        return block_size
+    alignment = max(_HYBRID_BLOCK_ALIGNMENT, block_size)
+    if mamba_cache_mode == "all" and shape.mamba_chunk_size:
+        chunk = math.lcm(shape.mamba_chunk_size, alignment)
+        return chunk * math.ceil(math.ceil(linear_page / per_layer_rank) / chunk)
+    return alignment * math.ceil(linear_page / (alignment * per_layer_rank))
+
+
 def _require_positive(name: str, value: int | None) -> None:
     if value is None:
         return
@@ -471,7 +535,8 @@ def plan_capacity(
     avg_input_len: int | None = None,
     vllm_version: str | None = None,
     num_speculative_tokens: int = 0,
-    mamba_cache_mode: str = "align",
+    mamba_cache_mode: str | None = None,
+    enable_prefix_caching: bool | None = None,
     device: str = "GPU",
     dtype: str | None = None,
     pipeline_parallel_size: int = 1,
@@ -486,6 +551,9 @@ def plan_capacity(
     workers). `decode_context_parallel_size` shards each request's tokens over that many ranks: a full-
     attention layer needs `cdiv(cdiv(max_model_len, dcp), block_size)` blocks per request
     (`FullAttentionSpec.max_memory_usage_bytes`, vLLM 0.26).
+
+    `mamba_cache_mode` None: the mode vLLM picks for this release from `enable_prefix_caching` (None: the
+    flag left unset), see `default_mamba_cache_mode`.
     """
     shape = model_config if isinstance(model_config, KvShape) else KvShape.from_model_config(model_config)
     _require_positive("--tensor-parallel-size", tensor_parallel_size)
@@ -498,12 +566,15 @@ def plan_capacity(
     _require_positive("--decode-context-parallel-size", decode_context_parallel_size)
     if num_speculative_tokens < 0:
         raise FleetInputError(f"--num-speculative-tokens: {num_speculative_tokens} must be 0 or more")
-    if mamba_cache_mode not in ("align", "none"):
+    if mamba_cache_mode is not None and mamba_cache_mode not in _MAMBA_CACHE_MODES:
         raise FleetInputError(
-            f"--mamba-cache-mode: {mamba_cache_mode!r} must be 'align' (prefix caching on) or 'none'"
+            f"--mamba-cache-mode: {mamba_cache_mode!r} must be 'none', 'align' or 'all' (or left unset: "
+            "vLLM's default for the release)"
         )
     if vllm_version:
         flags.parse_version(vllm_version, "--vllm-version")  # refuse what is no release, before planning
+    if mamba_cache_mode is None:
+        mamba_cache_mode = default_mamba_cache_mode(enable_prefix_caching, vllm_version, shape.architectures)
     warnings: list[str] = []
     notes = list(shape.notes)
     tp = tensor_parallel_size
@@ -544,9 +615,13 @@ def plan_capacity(
     state_blocks = 0
     if shape.linear is not None:
         linear_page = shape.linear.page_bytes(tp, act_bytes, num_speculative_tokens)
-        needed = math.ceil(linear_page / (_HYBRID_BLOCK_ALIGNMENT * per_layer_rank)) * _HYBRID_BLOCK_ALIGNMENT
-        effective_block = max(block_size, needed)
-        state_blocks = (2 if mamba_cache_mode == "align" else 1) + num_speculative_tokens
+        effective_block = max(
+            block_size, _hybrid_block_size(linear_page, per_layer_rank, block_size, mamba_cache_mode, shape)
+        )
+        if mamba_cache_mode == "all":  # MambaSpec.max_memory_usage_bytes: one state per block of the request
+            state_blocks = math.ceil(max_model_len / effective_block) + num_speculative_tokens
+        else:
+            state_blocks = (2 if mamba_cache_mode == "align" else 1) + num_speculative_tokens
         notes.append(
             f"linear-attention state {format_bytes(linear_page)} per layer per GPU; attention block size "
             f"raised "
@@ -639,6 +714,8 @@ def plan_capacity(
         avg_concurrency = num_blocks / blocks_needed(avg_input_len)
 
     approximate = _approximate_because(shape, vllm_version, pipeline_parallel_size, dcp)
+    if shape.linear is not None and mamba_cache_mode == "all":
+        approximate.append('mamba_cache_mode "all": counted from vLLM 0.26\'s source, no real log reproduced')
     if approximate:
         warnings.append("approximate: " + "; ".join(approximate))
     line = (

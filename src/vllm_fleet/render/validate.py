@@ -555,7 +555,7 @@ def _capacity_rules(
             avg_input_len=spec.avg_input_len,
             vllm_version=release.version,
             num_speculative_tokens=spec.num_speculative_tokens,
-            mamba_cache_mode="none" if spec.enable_prefix_caching is False else "align",
+            enable_prefix_caching=spec.enable_prefix_caching,  # unset: vLLM's default for the release
             dtype=spec.dtype,
         )
     except FleetInputError as exc:

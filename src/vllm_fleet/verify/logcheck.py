@@ -25,6 +25,7 @@ by a terminal. Messages are matched by their text anywhere in the line, never by
 
 from __future__ import annotations
 
+import bisect
 import io
 import re
 from collections.abc import Callable, Iterable
@@ -333,6 +334,12 @@ _EXCEPTION_LINE = re.compile(
 )
 TRACEBACK_MAX_LINES = 400
 _DEAD_ERRORS = ("EngineDeadError", "AsyncEngineDeadError")
+# A deliberate stop (LogParser._on_stop): vLLM 0.26's signal handlers, uvicorn's own line.
+_STOP_SIGNAL = re.compile(
+    r"\[shutdown\] (?:API server: shutdown triggered|EngineCore: trigger received signal=(?P<sig>SIG[A-Z]+))"
+)
+_UVICORN_STOP = re.compile(r"^INFO:\s+Shutting down$")
+_STOP_EXCEPTIONS = ("CancelledError", "KeyboardInterrupt")
 # --- KV offload tier (vllm/distributed/kv_transfer/kv_connector/factory.py, vllm/v1/kv_offload/factory.py,
 # vllm/v1/kv_offload/cpu/gpu_worker.py, vllm/distributed/kv_transfer/kv_connector/v1/metrics.py) -------------
 _OFFLOAD_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -365,11 +372,15 @@ HISTORY_LIMIT = 500  # stats / spec-decode / KV-cache / NUMA entries kept (the l
 ERRORS_PER_KIND = 20  # lines kept per error kind (the first ones); error_counts counts every one
 
 
+_INT_TEXT = re.compile(r"\d+")
+_FLOAT_TEXT = re.compile(r"\d+\.\d*")
+
+
 def _number(text: str) -> int | float | str:
     """`2048` -> 2048, `0.90` -> 0.9, anything else stays text."""
-    if re.fullmatch(r"\d+", text):
+    if _INT_TEXT.fullmatch(text):
         return int(text)
-    if re.fullmatch(r"\d+\.\d*", text):
+    if _FLOAT_TEXT.fullmatch(text):
         return float(text)
     return text
 
@@ -442,6 +453,7 @@ class LogReport:
     kv_offload: dict[str, Any] | None = None
     engine_dead: bool = False
     engine_death: dict[str, Any] | None = None
+    stop: dict[str, Any] | None = None  # a deliberate stop (SIGINT/SIGTERM) and what it printed after
     errors: list[LogError] = field(default_factory=list)
     error_counts: dict[str, int] = field(default_factory=dict)
     lines_read: int = 0
@@ -604,6 +616,7 @@ class LogParser:
         self.joins: list[tuple[LogError, list[str]]] = []  # errors whose message may continue on next lines
         self.traceback: list[Any] | None = None  # [first line, lines seen] of a traceback after readiness
         self.serving = False  # readiness announced since the last start banner (a journal may hold restarts)
+        self.stopping = 0  # 0 running; 1 uvicorn said "Shutting down"; 2 a SIGINT/SIGTERM handler said so
         self.stats_lines: list[str] = []
         self.prefix_line: tuple[str, str] | None = None  # the last line that showed the prefix-cache hit rate
 
@@ -611,33 +624,78 @@ class LogParser:
     def feed_block(self, block: str) -> None:
         """Whole lines (a block ending at a line end, or the input's last line).
 
-        Each gate (`_GATES`) is looked for over the whole block by `str.find`, in C; only the lines that hold
-        one are cut out, cleaned and given to the handlers whose needles they hold. A line no gate matches is
+        Each gate (`_GATES`) is looked for over the block by `str.find`, in C; only the lines that hold one
+        are cut out, cleaned and given to the handlers whose needles they hold. A line no gate matches is
         never touched by Python code, which is what makes a journal of access logs cheap to read.
+
+        The periodic stats lines (`Avg prompt throughput`, most of a serving journal's bytes) are cut out
+        first, so the gates scan only the rest; each one's gates and handlers are those of its shape (digits
+        folded, `_line_shape`), looked up once per shape, so the verdict is the one the full scan gives.
         """
         if not block:
             return
         self.report.lines_read += block.count("\n") + (not block.endswith("\n"))
         if "\x1b" in block:
             block = _ANSI.sub("", block)
-        hits: dict[int, int] = {}
         find, rfind = block.find, block.rfind
+        hits: dict[int, int] = {}
+        stats: dict[int, tuple[int, tuple[Callable[[LogParser, str], None], ...]]] = {}
+        starts: list[int] = []  # where each piece of `rest` starts in the block
+        offsets: list[int] = []  # ... and in `rest`
+        pieces: list[str] = []
+        pos = size = 0
+        at = find(_STATS_GATE)
+        while at != -1:
+            start = rfind("\n", 0, at) + 1
+            end = find("\n", at)
+            end = len(block) if end == -1 else end
+            if start > pos:
+                starts.append(pos)
+                offsets.append(size)
+                pieces.append(block[pos:start])
+                size += start - pos
+            stats[start] = _shape_handlers(block[start:end])
+            pos = end + 1
+            at = find(_STATS_GATE, pos) if pos < len(block) else -1
+        if stats:
+            if pos < len(block):
+                starts.append(pos)
+                offsets.append(size)
+                pieces.append(block[pos:])
+            rest = "".join(pieces)
+        else:
+            rest, starts, offsets = block, [0], [0]
+        rest_find, rest_rfind = rest.find, rest.rfind
         for gate, mask in _GATE_MASKS:
-            at = find(gate)
+            at = rest_find(gate)
             while at != -1:
-                start = rfind("\n", 0, at) + 1
+                start = rest_rfind("\n", 0, at) + 1
                 hits[start] = hits.get(start, 0) | mask
-                end = find("\n", at)
+                end = rest_find("\n", at)
                 if end == -1:
                     break
-                at = find(gate, end)
+                at = rest_find(gate, end)
+        if stats:
+            moved = {}
+            for start, mask in hits.items():
+                piece = bisect.bisect_right(offsets, start) - 1
+                moved[starts[piece] + start - offsets[piece]] = mask
+            hits = moved
+            for start, (mask, _) in stats.items():
+                if mask:
+                    hits[start] = mask
         pos = 0
         for start in sorted(hits):
             if self.joins or self.traceback is not None:
                 pos = self._follow_until(block, pos, start)
             end = find("\n", start)
             end = len(block) if end == -1 else end
-            self._dispatch(block[start:end], hits[start])
+            shape = stats.get(start)
+            following = self.joins or self.traceback is not None
+            if shape is not None and shape[1] == _ONLY_STATS and not following:
+                self._on_stats_raw(block[start:end])  # a stats line only the stats handler reads
+            else:
+                self._dispatch(block[start:end], hits[start])
             pos = end + 1
         if self.joins or self.traceback is not None:
             self._follow_until(block, pos, len(block))
@@ -661,13 +719,8 @@ class LogParser:
             self._follow(line)
         if not line:
             return
-        handlers = _MASK_HANDLERS.get(mask)
-        if handlers is None:
-            handlers = _MASK_HANDLERS[mask] = tuple(h for bit, h in enumerate(_HANDLERS) if mask >> bit & 1)
-        contains = raw.__contains__
-        for needles, handler in handlers:
-            if any(map(contains, needles)):
-                handler(self, line)
+        for handler in _shape_handlers(raw, mask)[1]:
+            handler(self, line)
 
     def finish(self) -> LogReport:
         for error, parts in self.joins:
@@ -708,6 +761,8 @@ class LogParser:
             if not found:
                 return
             values = {"exception": found.group("exc"), "message": (found.group("msg") or "").strip()}
+            if self._stop_noise("traceback_after_ready", values["exception"]):
+                return
             self._error("traceback_after_ready", line, values)
             death = self.report.engine_death
             if (
@@ -736,6 +791,7 @@ class LogParser:
             if match:
                 _set(self.report, "version", match.group("v"), line)
                 self.serving = False
+                self.stopping = 0
                 return
 
     def _on_kv_report(self, line: str) -> None:
@@ -809,9 +865,7 @@ class LogParser:
 
     def _on_settings(self, line: str) -> None:
         report = self.report
-        for name, needles, patterns in _SETTING_PATTERNS:
-            if not any(needle in line for needle in needles):
-                continue
+        for name, patterns in _settings_in(line):
             for pattern in patterns:
                 match = pattern.search(line)
                 if match:
@@ -904,19 +958,26 @@ class LogParser:
         if "Prefix cache hit rate: " in line:
             self.prefix_line = ("stats", line)
 
+    def _on_stats_raw(self, raw: str) -> None:
+        """`_on_stats` of a raw line (cleaned in finish(), only the last HISTORY_LIMIT are)."""
+        self.stats_lines.append(raw)
+        _keep_last(self.stats_lines)
+        if "Prefix cache hit rate: " in raw:
+            self.prefix_line = ("stats", raw)
+
     def _on_prefix_v0(self, line: str) -> None:
         if _PREFIX_V0.search(line):
             self.prefix_line = ("v0", line)
 
     def _finish_stats(self) -> None:
         report = self.report
-        for line in self.stats_lines[-HISTORY_LIMIT:]:
+        for line in map(clean_line, self.stats_lines[-HISTORY_LIMIT:]):
             stats = _parse_stats(line)
             if stats:
                 report.stats_history.append(stats)
                 _set(report, "stats", stats, line)
         if self.prefix_line is not None:
-            kind, line = self.prefix_line
+            kind, line = self.prefix_line[0], clean_line(self.prefix_line[1])
             if kind == "v0":
                 match = _PREFIX_V0.search(line)
                 value = float(match.group("gpu")) if match else None
@@ -974,6 +1035,8 @@ class LogParser:
         report = self.report
         if not _ENGINE_DEATH.search(line) or not (self.serving or _RUNNING_ENGINE_DEATH.search(line)):
             return
+        if self._stop_noise("engine_dead", "EngineDeadError" if "DeadError" in line else "engine death"):
+            return
         self.serving = True  # the traceback that follows is the root cause
         report.engine_dead = True
         if report.engine_death is None:
@@ -984,6 +1047,35 @@ class LogParser:
     def _on_traceback(self, line: str) -> None:
         if self.serving and "Traceback (most recent call last)" in line:
             self.traceback = [line, 0]
+
+    def _on_stop(self, line: str) -> None:
+        """A deliberate stop: vLLM's SIGINT/SIGTERM handlers (0.26: launcher.py "[shutdown] API server:
+        shutdown triggered", core.py "[shutdown] EngineCore: trigger received signal=SIGINT"), or uvicorn's
+        "Shutting down", which it also prints when vLLM stops it after an engine death (logged first)."""
+        match = _STOP_SIGNAL.search(line)
+        level = 2 if match else 1 if _UVICORN_STOP.search(line) else 0
+        if not level:
+            return
+        report = self.report
+        if report.stop is None or level > self.stopping:
+            ignored = report.stop["ignored"] if report.stop else {}
+            report.stop = {"line": line, "signal": None, "after_ready": report.ready, "ignored": ignored}
+            report.evidence["stop"] = line
+        self.stopping = max(self.stopping, level)
+        if match and match.group("sig"):
+            report.stop["signal"] = match.group("sig")
+
+    def _stop_noise(self, kind: str, exception: str) -> bool:
+        """Whether this error line is what a deliberate stop prints (counted in `stop.ignored`, not an error).
+
+        After a signal handler's line, the engine client's EngineDeadError ("AsyncLLM output_handler failed",
+        the engine was told to exit) and any traceback are the stop's own; after uvicorn's line alone only
+        the asyncio cancellation of its tasks (CancelledError, KeyboardInterrupt) is."""
+        if not self.stopping or (self.stopping == 1 and exception not in _STOP_EXCEPTIONS):
+            return False
+        ignored = self.report.stop["ignored"] if self.report.stop else {}
+        ignored[kind] = ignored.get(kind, 0) + 1
+        return True
 
     def _on_http_5xx(self, line: str) -> None:
         match = _HTTP_5XX.search(line)
@@ -1011,6 +1103,26 @@ def _maxlen_values(error: LogError, whole: str) -> None:
     found = _MAXLEN_V0_VALUES.search(whole)
     if found:
         error.values = {"max_model_len": int(found.group("len")), "kv_cache_tokens": int(found.group("cap"))}
+
+
+_SETTINGS_BY_SHAPE: dict[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {}
+
+
+def _settings_in(line: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """(name, patterns) of the settings whose needles the line holds, found once per line shape."""
+    shape = line.translate(_FOLD) if len(line) <= _SHAPE_MAX_CHARS else None
+    known = _SETTINGS_BY_SHAPE.get(shape) if shape is not None else None
+    if known is None:
+        known = tuple(
+            (name, patterns)
+            for name, needles, patterns in _SETTING_PATTERNS
+            if any(needle in line for needle in needles)
+        )
+        if shape is not None:
+            if len(_SETTINGS_BY_SHAPE) >= _SHAPES_LIMIT:
+                _SETTINGS_BY_SHAPE.clear()
+            _SETTINGS_BY_SHAPE[shape] = known
+    return known
 
 
 def _setting_needles() -> tuple[str, ...]:
@@ -1055,6 +1167,10 @@ _HANDLERS: tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...] 
     (tuple(needle for _, needles, _ in _ERROR_TABLE for needle in needles), LogParser._on_fatal),
     (_DEATH_NEEDLES, LogParser._on_engine_death),
     (("Traceback (most recent call last)",), LogParser._on_traceback),
+    (
+        ("[shutdown] API server: shutdown triggered", "trigger received signal=", "Shutting down"),
+        LogParser._on_stop,
+    ),
     (('HTTP/1.1" 5',), LogParser._on_http_5xx),
 )
 # Gates: every needle above holds one of these, so a line that holds none needs no handler. They are fewer
@@ -1126,6 +1242,9 @@ _GATES = (
     "Background loop",
     "Traceback (most recent",
     'HTTP/1.1" 5',
+    "shutdown triggered",
+    "received signal=",
+    "Shutting down",
 )
 
 
@@ -1142,8 +1261,44 @@ def _gate_masks() -> tuple[tuple[str, int], ...]:
 
 
 _GATE_MASKS = _gate_masks()
-_MASK_HANDLERS: dict[int, tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...]] = {}
 BLOCK_CHARS = 1 << 20  # characters read per block (whole lines)
+_STATS_GATE = "Avg prompt throughput"
+# A line's shape: its digits folded, except those a gate or needle holds, so two lines of one shape hold the
+# same gates and needles at the same places (a needle without those digits cannot match at a folded one).
+_NEEDLE_TEXTS = (*_GATES, *(needle for needles, _ in _HANDLERS for needle in needles))
+_KEPT_DIGITS = {c for text in _NEEDLE_TEXTS for c in text} & set("0123456789")
+_FOLD = str.maketrans({d: "#" for d in set("0123456789") - _KEPT_DIGITS})
+_SHAPES: dict[str, tuple[int, tuple[Any, ...] | None]] = {}
+_SHAPES_LIMIT = 4096  # distinct shapes kept (emptied when full: memory stays flat, at most ~2 MiB)
+_SHAPE_MAX_CHARS = 512  # longer lines (config dumps, rare) are looked at directly, not kept
+_ONLY_STATS = (LogParser._on_stats,)
+
+
+def _shape_handlers(
+    raw: str, mask: int | None = None
+) -> tuple[int, tuple[Callable[[LogParser, str], None], ...]]:
+    """(gate mask, the handlers whose needles the raw line holds), found once per line shape; `mask`: the
+    gates the block scan found in the line, when it did."""
+    shape = raw.translate(_FOLD) if len(raw) <= _SHAPE_MAX_CHARS else None
+    known = _SHAPES.get(shape) if shape is not None else None
+    if known is None:
+        if mask is None:
+            mask = 0
+            for gate, bits in _GATE_MASKS:
+                if gate in raw:
+                    mask |= bits
+        called = tuple(
+            handler
+            for bit, (needles, handler) in enumerate(_HANDLERS)
+            if mask >> bit & 1 and any(needle in raw for needle in needles)
+        )
+        known = (mask, called)
+        if shape is not None:
+            if len(_SHAPES) >= _SHAPES_LIMIT:
+                _SHAPES.clear()
+            _SHAPES[shape] = known
+    return known
+
 
 
 def parse_lines(lines: Iterable[str]) -> LogReport:
