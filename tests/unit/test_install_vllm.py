@@ -155,5 +155,5 @@ def test_real_model_configs_are_read(name: str) -> None:
 
 
 def test_broken_config_names_the_file() -> None:
-    with pytest.raises(FleetInputError, match=r"/m/config\.json: not valid JSON"):
+    with pytest.raises(FleetInputError, match=r"/m/config\.json is not valid JSON"):
         parse_model_config('{"num_hidden_layers": ', "/m/config.json")

@@ -119,6 +119,7 @@ def test_thresholds_come_from_the_plan(seed_out: Path) -> None:
     assert by_name[("vllm_fleet:planned_gpu_kv_tokens", "i0")]["expr"] == "vector(1269111)"
     assert by_name[("vllm_fleet:planned_cpu_kv_bytes", "i0")]["expr"] == "vector(214748364800)"
     assert by_name[("VllmRequestsQueueing", "i0")]["expr"].endswith("> 22")
+    assert by_name[("vllm_fleet:planned_waiting_max", "i0")]["expr"] == "vector(22)"  # the same mark, drawn
     assert 'name="vllm-fleet-i1.service"' in by_name[("VllmInstanceRestarted", "i1")]["expr"]
     # verify's marks: spec acceptance 0.3, restarts 0; TTFT judged off by verify, so monitoring's 2 s
     assert by_name[("VllmSpecAcceptanceLow", "i0")]["expr"].endswith("< 0.3")
@@ -179,6 +180,48 @@ def test_bad_scrape_interval_is_refused_before_writing(tmp_path: Path) -> None:
     done = generate(SEED, tmp_path / "out", "--scrape-interval", "fast")
     assert done.returncode == 2
     assert "--scrape-interval: 'fast' is no duration" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_saved_plans_give_the_same_files(seed_out: Path, tmp_path: Path) -> None:
+    """--plans: the plans preflight saved (here `plan --json`'s, the same HostPlan.to_dict) give the files
+    planning from the inventory gives."""
+    done = subprocess.run(
+        [str(CLI), "plan", "--inventory", str(SEED), "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    saved = tmp_path / "plan"
+    saved.mkdir()
+    for host, plan in json.loads(done.stdout)["hosts"].items():
+        (saved / f"{host}.json").write_text(json.dumps(plan))
+    done = generate(SEED, tmp_path / "out", "--plans", str(saved))
+    assert done.returncode == 0, done.stderr
+    for name in FILES:
+        assert (tmp_path / "out" / name).read_text() == (seed_out / name).read_text(), name
+
+
+def test_a_missing_saved_plan_names_the_host_and_the_fix(tmp_path: Path) -> None:
+    done = generate(SEED, tmp_path / "out", "--plans", str(tmp_path))
+    assert done.returncode == 2
+    assert f"--plans {tmp_path}: no plan for seed-4090" in done.stderr
+    assert "run playbooks/preflight.yml" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_alert_durations_come_from_the_options(tmp_path: Path) -> None:
+    done = generate(SEED, tmp_path / "out", "--down-for", "6s", "--alert-for", "1m")
+    assert done.returncode == 0, done.stderr
+    rules = yaml.safe_load((tmp_path / "out" / "rules" / "vllm-fleet.rules.yml").read_text())
+    durations = {r["alert"]: r["for"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    assert durations["VllmInstanceDown"] == "6s"
+    assert durations["VllmTTFTP99High"] == durations["VllmKVCacheNearFull"] == "1m"
+    assert durations["NodeExporterDown"] == "5m"  # an exporter is not the instance: its own mark
+
+
+def test_a_bad_alert_duration_is_refused_before_writing(tmp_path: Path) -> None:
+    done = generate(SEED, tmp_path / "out", "--down-for", "2 minutes")
+    assert done.returncode == 2
+    assert "--down-for: '2 minutes' is no duration" in done.stderr
     assert not (tmp_path / "out").exists()
 
 

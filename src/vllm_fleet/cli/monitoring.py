@@ -1,6 +1,7 @@
 """`vllm-fleet monitoring --inventory PATH --out DIR`: Prometheus config, alert rules and a Grafana dashboard.
 
-Every instance of every host's plan (the plan `vllm-fleet plan --inventory` prints) is a scrape target; the
+Every instance of every host's plan (the plan `vllm-fleet plan --inventory` prints, or with --plans the one
+preflight saved and deploy applied) is a scrape target; the
 alert thresholds come from each plan and from verify's pass marks (the host's vllm_verify_* variables, else
 roles/vllm_verify/defaults/main.yml). Exit status 0 with the files written; 2 on unusable input.
 """
@@ -8,6 +9,7 @@ roles/vllm_verify/defaults/main.yml). Exit status 0 with the files written; 2 on
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from vllm_fleet.cli.plan import PROJECT_DIR
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.monitoring.files import monitoring_files, write_files
 from vllm_fleet.monitoring.rules import Limits, limits_from
-from vllm_fleet.monitoring.targets import GPU_EXPORTER_PORT, NODE_EXPORTER_PORT
+from vllm_fleet.monitoring.targets import GPU_EXPORTER_PORT, NODE_EXPORTER_PORT, parse_duration_seconds
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
 from vllm_fleet.verify.report import Thresholds
@@ -57,11 +59,53 @@ def inventory_settings(inventory: str, hosts: list[str]) -> dict[str, dict[str, 
     return settings
 
 
+def inventory_hosts(inventory: str, limit: str | None) -> list[str]:
+    """The inventory's host names (those `limit` selects), in inventory order."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[inventory])
+    if limit:
+        manager.subset(limit)
+    hosts = [host.name for host in manager.get_hosts()]
+    if not hosts:
+        raise FleetInputError(
+            f"--inventory {inventory}: no hosts{f' match --limit {limit}' if limit else ''}"
+        )
+    return hosts
+
+
+def saved_plans(plans_dir: Path, hosts: list[str]) -> dict[str, HostPlan]:
+    """The plans preflight wrote (<dir>/<host>.json): what deploy applied, the model's config.json read on
+    the host included, which a plan rebuilt on the controller may lack."""
+    plans = {}
+    for host in hosts:
+        path = plans_dir / f"{host}.json"
+        if not path.is_file():
+            raise FleetInputError(
+                f"--plans {plans_dir}: no plan for {host} ({path} missing); run playbooks/preflight.yml "
+                "(or deploy.yml, site.yml) with this inventory first, or leave --plans out to plan from "
+                "the inventory"
+            )
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise FleetInputError(
+                f"--plans {plans_dir}: {path} is not JSON ({exc}); run preflight again"
+            ) from exc
+        plans[host] = HostPlan.from_dict(data, where=str(path))
+    return plans
+
+
 def _handle(args: argparse.Namespace) -> int:
-    facts = Path(args.facts) if args.facts else None
-    plans: dict[str, HostPlan] = plan_inventory(
-        args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts
-    )
+    for value, option in ((args.alert_for, "--alert-for"), (args.down_for, "--down-for")):
+        parse_duration_seconds(value, option)  # refused before the (slow) plan is built
+    plans: dict[str, HostPlan]
+    if args.plans:
+        plans = saved_plans(Path(args.plans), inventory_hosts(args.inventory, args.limit))
+    else:
+        facts = Path(args.facts) if args.facts else None
+        plans = plan_inventory(args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts)
     failed = {host: plan.errors for host, plan in plans.items() if not plan.ok}
     if failed:
         raise FleetInputError(
@@ -73,6 +117,8 @@ def _handle(args: argparse.Namespace) -> int:
         "ttft_p99_max_s": args.ttft_p99_max,
         "kv_usage_max": args.kv_usage_max,
         "prefix_hit_rate_min": args.prefix_hit_rate_min,
+        "for_": args.alert_for,
+        "down_for": args.down_for,
     }
     host_limits = {h: limits_from(thresholds_of(s, h), **monitoring) for h, s in settings.items()}
     files = monitoring_files(
@@ -109,6 +155,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--inventory", required=True, help="the Ansible inventory (file or folder)")
     parser.add_argument("--out", required=True, help="folder to write prometheus.yml, rules/ and grafana/ to")
     parser.add_argument("--facts", help="the probe's reports folder (default: reports/probe)")
+    parser.add_argument(
+        "--plans",
+        help="the plans preflight wrote (reports/plan, one <host>.json per host): use those instead of "
+        "planning from the inventory and --facts",
+    )
     parser.add_argument("--limit", help="only these hosts (an Ansible host pattern)")
     parser.add_argument("--fleet", help="the fleet label (default: the inventory's name)")
     parser.add_argument("--scrape-interval", default="15s", help="Prometheus scrape interval (default: 15s)")
@@ -123,6 +174,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kv-usage-max", type=_fraction, default=0.9, help="KV cache usage mark (fraction)")
     parser.add_argument(
         "--prefix-hit-rate-min", type=_fraction, default=0.05, help="prefix-cache hit rate mark (fraction)"
+    )
+    parser.add_argument(
+        "--alert-for",
+        default=Limits.for_,
+        help=f"how long a load condition (TTFT, queue, KV...) must hold to fire (default: {Limits.for_})",
+    )
+    parser.add_argument(
+        "--down-for",
+        default=Limits.down_for,
+        help=f"how long /metrics must fail to fire VllmInstanceDown (default: {Limits.down_for})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

@@ -7,7 +7,6 @@ Exit status: 0 with the plan (also when one request of max_model_len does not fi
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.capacity import format_plan, plan_capacity
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
+from vllm_fleet.plan.model_config import parse_model_config
 from vllm_fleet.sizes import parse_human_int, parse_size
 
 # The project (roles/ beside src/): a clone, or the editable install of one.
@@ -25,24 +25,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[3]
 def load_model_config(path: str) -> dict[str, Any]:
     """The model's config.json; a JSON object embedded in other text (a pasted issue) is accepted too."""
     text = read_input_file(path, "--model-config")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as first_error:
-        start = text.find("{")
-        if start < 0:
-            raise FleetInputError(
-                f"--model-config: {path!r} holds no JSON object; give the model's config.json"
-            ) from first_error
-        try:
-            data, _ = json.JSONDecoder().raw_decode(text[start:])
-        except json.JSONDecodeError as exc:
-            raise FleetInputError(
-                f"--model-config: {path!r} is not valid JSON ({exc.msg} at line {exc.lineno}); give the "
-                "model's config.json"
-            ) from exc
-    if not isinstance(data, dict):
-        raise FleetInputError(f"--model-config: {path!r} holds a JSON {type(data).__name__}, not an object")
-    return data
+    return parse_model_config(text, f"--model-config: {path!r}", embedded=True)
 
 
 def _partition(text: str | None) -> list[int] | None:

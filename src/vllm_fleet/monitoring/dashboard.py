@@ -69,6 +69,7 @@ def panel_specs(plans: Mapping[str, HostPlan]) -> list[tuple[str, str, list[tupl
             [
                 (f"running {legend}", f"sum by ({BY}) (vllm:num_requests_running{{{SEL}}})"),
                 (f"waiting {legend}", f"sum by ({BY}) (vllm:num_requests_waiting{{{SEL}}})"),
+                (f"queue mark {legend}", f"vllm_fleet:planned_waiting_max{{{SEL}}}"),
             ],
         ),
         (

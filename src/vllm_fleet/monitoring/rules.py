@@ -34,6 +34,9 @@ class Limits:
     prefix_hit_rate_min: float = 0.05
     window: str = "5m"  # the rate() window of the recording rules
     for_: str = "10m"  # how long a condition must hold before it fires
+    # how long an instance's /metrics must fail to answer before VllmInstanceDown fires: long enough that
+    # one missed scrape (a slow answer under load) does not page, short enough to page before users notice
+    down_for: str = "2m"
 
 
 def limits_from(thresholds: Thresholds, **monitoring: Any) -> Limits:
@@ -133,11 +136,21 @@ def recording_rules(window: str) -> list[dict[str, Any]]:
 
 
 def planned_rules(plans: Mapping[str, HostPlan], fleet: str) -> list[dict[str, Any]]:
-    """The plan's figures as series (the dashboard's capacity line) and the KV tokens in use against them."""
+    """The plan's figures as series (the dashboard's capacity and queue lines) and the KV tokens in use
+    against the planned capacity."""
     rules: list[dict[str, Any]] = []
     for plan in plans.values():
         for instance in plan.instances:
             labels = {"fleet": fleet, "host": instance.host, "instance": instance.name}
+            # every plan has it (a CPU plan has no KV capacity): VllmRequestsQueueing's mark, drawn on the
+            # dashboard beside the waiting queue
+            rules.append(
+                {
+                    "record": "vllm_fleet:planned_waiting_max",
+                    "expr": f"vector({queue_limit(instance)})",
+                    "labels": labels,
+                }
+            )
             tokens = planned_kv_tokens(instance)
             if tokens:
                 rules.append(
@@ -188,7 +201,7 @@ def instance_alerts(instance: InstancePlan, fleet: str, limits: Limits) -> list[
         _alert(
             "VllmInstanceDown",
             f'up{{job="{JOB_VLLM}", {sel}}} == 0',
-            "2m",
+            limits.down_for,
             "critical",
             f"{where}: /metrics not answering",
             f"Prometheus cannot scrape {instance.unit} ({instance.base_url} on the host).",

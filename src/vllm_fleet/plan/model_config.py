@@ -20,17 +20,29 @@ from vllm_fleet.errors import FleetInputError
 VARIABLE = "vllm_service_model_config"
 
 
-def parse_model_config(text: str, where: str) -> dict[str, Any]:
-    """The model's config.json as a dict; `where` names it in the error."""
+def _decode(text: str, embedded: bool) -> Any:
     try:
-        data = json.loads(text)
+        return json.loads(text)
+    except json.JSONDecodeError:
+        if not embedded:
+            raise
+        return json.JSONDecoder().raw_decode(text[text.find("{") :])[0]
+
+
+def parse_model_config(text: str, where: str, *, embedded: bool = False) -> dict[str, Any]:
+    """The model's config.json as a dict; `where` names it in the error. `embedded`: the first JSON object in
+    other text is taken too (a config pasted into an issue, for `vllm-fleet plan --model-config`)."""
+    if embedded and "{" not in text:
+        raise FleetInputError(f"{where} holds no JSON object; give the model's config.json")
+    try:
+        data = _decode(text, embedded)
     except json.JSONDecodeError as exc:
         raise FleetInputError(
-            f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}); give the model's config.json"
+            f"{where} is not valid JSON ({exc.msg} at line {exc.lineno}); give the model's config.json"
         ) from exc
     if not isinstance(data, dict):
         raise FleetInputError(
-            f"{where}: a JSON {type(data).__name__}, not an object; give the model's config.json"
+            f"{where} holds a JSON {type(data).__name__}, not an object; give the model's config.json"
         )
     return data
 
