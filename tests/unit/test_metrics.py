@@ -111,7 +111,7 @@ def test_labels_with_escapes_and_special_values() -> None:
 def test_garbage_is_rejected_with_the_line_number() -> None:
     with pytest.raises(FleetInputError, match=r"/metrics line 2: .*not a Prometheus sample"):
         parse_prometheus("ok 1\n<html>oops</html>\n")
-    with pytest.raises(FleetInputError, match=r"line 1: sample value 'abc' is not a number"):
+    with pytest.raises(FleetInputError, match=r"line 1: 'ok abc' is not a Prometheus sample"):
         parse_prometheus("ok abc\n")
     with pytest.raises(FleetInputError, match="quantile"):
         histogram_quantile(1.5, [(1.0, 1.0)])

@@ -2,6 +2,12 @@
 
     vllm-fleet rollout -i inventory/ [--hosts PATTERN] [--canary HOST|GROUP] [--serial 1,25%,100%]
                        [--max-fail-percentage N] [-e KEY=VALUE | -e @file.yml] [--json]
+                       [-- ANSIBLE-PLAYBOOK ARGS: --limit, --tags, --check, --diff, --vault-id, -u, ...]
+
+Everything after `--` goes to ansible-playbook as written (ansible-runner's `cmdline`). The user's Ansible
+configuration is kept: $ANSIBLE_CONFIG or ./ansible.cfg when there is one (the checkout's own ansible.cfg
+otherwise); only the paths to this project's roles and plugins are added, through their ANSIBLE_* variables.
+ansible-runner's private data and artifacts stay in the run folder (<run folder>/ansible-runner).
 
 It prints a line per rollout step and failure while the playbook runs, then the per-host summary (old → new
 version/argv hash, result, time to ready) and fleet totals. The summary is also written, completed with what
@@ -14,9 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,8 +41,10 @@ def default_project_dir() -> Path:
 
 
 def parse_extra_vars(items: list[str]) -> dict[str, Any]:
-    """`-e KEY=VALUE` (VALUE read as JSON when it parses, else a string) and `-e @file.yml|json`."""
+    """`-e` as ansible-playbook reads it: `@file.yml|json`, a YAML/JSON mapping (`{...}`), else `k=v k2=v2`
+    (ansible's own key=value splitter: quoting as in ansible-playbook, every value a string)."""
     import yaml  # only this command needs it
+    from ansible.parsing.splitter import parse_kv
 
     result: dict[str, Any] = {}
     for item in items:
@@ -51,14 +59,52 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
                 raise FleetInputError(f"-e {item}: {path!r} must hold a mapping of variables")
             result.update(data)
             continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise FleetInputError(f"-e {item!r}: expected KEY=VALUE or @FILE")
-        try:
-            result[key.strip()] = json.loads(value)
-        except ValueError:
-            result[key.strip()] = value
+        if item.lstrip().startswith(("{", "[")):
+            try:
+                data = yaml.safe_load(item)
+            except yaml.YAMLError as exc:
+                raise FleetInputError(f"-e {item!r}: cannot read it as a YAML/JSON mapping: {exc}") from exc
+            if not isinstance(data, dict):
+                raise FleetInputError(f"-e {item!r}: give a mapping such as '{{\"key\": 1}}'")
+            result.update(data)
+            continue
+        pairs = parse_kv(item)
+        pairs.pop("_raw_params", None)
+        if not pairs or any(not key.strip() for key in pairs):
+            raise FleetInputError(f"-e {item!r}: expected KEY=VALUE [KEY=VALUE ...], a mapping or @FILE")
+        result.update(pairs)
     return result
+
+
+def ansible_env(project: Path, environ: Mapping[str, str], cwd: Path, bin_dir: str) -> dict[str, str]:
+    """The environment of the playbook: the user's Ansible configuration kept ($ANSIBLE_CONFIG, else
+    ./ansible.cfg), the checkout's ansible.cfg only when the user has none; the project's roles and plugins
+    are found through the ANSIBLE_* path variables either way (they override only those settings)."""
+    env = {"PATH": f"{bin_dir}{os.pathsep}{environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1"}
+    if environ.get("ANSIBLE_CONFIG"):
+        env["ANSIBLE_CONFIG"] = environ["ANSIBLE_CONFIG"]
+    elif (cwd / "ansible.cfg").is_file():
+        env["ANSIBLE_CONFIG"] = str(cwd / "ansible.cfg")
+    else:
+        env["ANSIBLE_CONFIG"] = str(project / "ansible.cfg")
+        return env
+    # the user's ansible.cfg does not know where this project's content is
+    for variable, folder in (
+        ("ANSIBLE_ROLES_PATH", "roles"),
+        ("ANSIBLE_ACTION_PLUGINS", "plugins/action"),
+        ("ANSIBLE_FILTER_PLUGINS", "plugins/filter"),
+        ("ANSIBLE_LIBRARY", "plugins/modules"),
+        ("ANSIBLE_CALLBACK_PLUGINS", "plugins/callback"),
+    ):
+        own = environ.get(variable, "")
+        env[variable] = os.pathsep.join(p for p in (str(project / folder), own) if p)
+    return env
+
+
+def playbook_cmdline(passthrough: list[str]) -> str | None:
+    """ansible-runner's `cmdline`: the arguments after `--`, quoted for its shlex split (None: none)."""
+    args = passthrough[1:] if passthrough[:1] == ["--"] else passthrough
+    return shlex.join(args) if args else None
 
 
 def build_extravars(args: argparse.Namespace, run_id: str, report_dir: Path) -> dict[str, Any]:
@@ -166,32 +212,31 @@ def _handle(args: argparse.Namespace) -> int:
             _progress(event)
         return True
 
-    bin_dir = str(Path(sys.executable).parent)
-    env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
+    env = ansible_env(project, os.environ, Path.cwd(), str(Path(sys.executable).parent))
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="vllm-fleet-rollout-") as private:
-        runner = ansible_runner.run(
-            private_data_dir=private,
-            project_dir=str(project),
-            playbook=str(project / PLAYBOOK),
-            inventory=inventories,
-            extravars=extravars,
-            envvars=env,
-            event_handler=on_event,
-            quiet=True,
-            timeout=args.timeout or None,
-            verbosity=args.verbose or None,
-        )
-        status, rc = runner.status, runner.rc
-        # the playbook's own output, for the failures the summary only names
-        run_dir.mkdir(parents=True, exist_ok=True)
-        stdout = Path(runner.stdout.name) if hasattr(runner.stdout, "name") else None
-        if stdout is not None and stdout.is_file():
-            shutil.copyfile(stdout, run_dir / "ansible.log")
+    # private data (inventory, extravars, env) and artifacts (stdout, job events) kept with the run's summary
+    private = run_dir / "ansible-runner"
+    private.mkdir(parents=True, exist_ok=True)
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(project),
+        playbook=str(project / PLAYBOOK),
+        inventory=inventories,
+        extravars=extravars,
+        envvars=env,
+        cmdline=playbook_cmdline(args.ansible_args),
+        event_handler=on_event,
+        quiet=True,
+        timeout=args.timeout or None,
+        verbosity=args.verbose or None,
+    )
+    status, rc = runner.status, runner.rc
+    # env/ holds the extra vars and environment as files (an API key given with -e among them): not kept
+    shutil.rmtree(private / "env", ignore_errors=True)
+    # the playbook's own output, for the failures the summary only names
+    stdout = Path(runner.stdout.name) if hasattr(runner.stdout, "name") else None
+    if stdout is not None and stdout.is_file():
+        shutil.copyfile(stdout, run_dir / "ansible.log")
     finished = time.time()
     if args.events:
         with open(args.events, "w", encoding="utf-8") as handle:
@@ -241,4 +286,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--events", default="", help="also save ansible-runner's events here (JSON lines)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "ansible_args",
+        nargs=argparse.REMAINDER,
+        help="after --: arguments for ansible-playbook as written (--limit, --tags, --check, --diff, ...)",
+    )
     parser.set_defaults(handler=_handle)

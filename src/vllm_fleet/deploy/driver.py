@@ -21,7 +21,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.probe.topology import csv_cells
 
 NVIDIA_PCI_VENDOR = "0x10de"
 # Display controllers: 0x0300 VGA, 0x0302 3D controller (data-centre GPUs such as the H200 report 0x0302).
@@ -131,7 +134,7 @@ def parse_smi_query(text: str) -> list[SmiGpu]:
     """Rows of `nvidia-smi --query-gpu=<SMI_QUERY_FIELDS> --format=csv,noheader`."""
     gpus = []
     for line in text.splitlines():
-        cells = [cell.strip() for cell in line.split(",")]
+        cells = csv_cells(line)
         if len(cells) != len(SMI_QUERY_FIELDS) or not cells[0].isdigit():
             continue
         compute_cap = cells[6] if re.fullmatch(r"\d+\.\d+", cells[6]) else None
@@ -355,15 +358,13 @@ def module_build_note(
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """`580.159.04` → (580, 159, 4); a Debian version such as `580.95.05-0ubuntu1` keeps its upstream part."""
-    upstream = version.split(":")[-1].split("-")[0].split("+")[0].split("~")[0]
-    parts = []
-    for piece in upstream.split("."):
-        digits = re.match(r"\d+", piece)
-        if not digits:
-            break
-        parts.append(int(digits.group(0)))
-    return tuple(parts)
+    """`580.159.04` → (580, 159, 4), `0.11.0rc2` → (0, 11, 0): the release part, read by `packaging`; a Debian
+    version such as `1:580.95.05-0ubuntu1` keeps its upstream part; () for text that is no version."""
+    upstream = upstream_version(str(version)).split("+")[0].split("~")[0]
+    try:
+        return Version(upstream).release
+    except InvalidVersion:
+        return ()
 
 
 def upstream_version(deb_version: str) -> str:

@@ -10,6 +10,7 @@ under the fixed names of `RECORDED_FILES`.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -103,6 +104,11 @@ def strip_fixture_header(text: str) -> str:
     if text.rstrip("\n").endswith(FIXTURE_SENTINEL):
         return ""
     return text
+
+
+def csv_cells(line: str) -> list[str]:
+    """One row of nvidia-smi's `--format=csv` output, read by `csv` (a quoted field may hold a comma)."""
+    return [cell.strip() for cell in next(csv.reader([line], skipinitialspace=True), [])]
 
 
 def _lines(text: str) -> list[str]:
@@ -545,7 +551,7 @@ def parse_query_gpu_csv(
             break  # the CSV block after a header ends at the first other line
         if "," not in line or line.startswith("#"):
             continue
-        cells = [c.strip() for c in line.split(",")]
+        cells = csv_cells(line)
         header = [re.sub(r"\s*\[[^\]]*\]$", "", c) for c in cells]
         if (
             names is None
@@ -567,7 +573,7 @@ def parse_query_gpu_csv(
         )
     rows: list[GpuQueryRow] = []
     for line in body:
-        cells = [c.strip() for c in line.split(",")]
+        cells = csv_cells(line)
         if len(cells) != len(names):
             # A GPU name never contains a comma, so a wrong count means text that is not a row of this CSV.
             if re.match(r"^\d+\s*,", line):

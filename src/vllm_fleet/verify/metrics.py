@@ -7,9 +7,10 @@ over label sets (engines, model names) unless a label filter narrows it, so a DP
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_fleet.errors import FleetInputError
 
@@ -35,15 +36,6 @@ KV_OFFLOAD_TOTAL_BYTES = (
     "vllm:kv_offload_total_bytes_total"  # deprecated, transfer_type GPU_to_CPU / CPU_to_GPU
 )
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
-    r"(?:\{(?P<labels>.*)\})?"
-    r"\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
-)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
-
 @dataclass(frozen=True)
 class Sample:
     name: str
@@ -51,46 +43,32 @@ class Sample:
     value: float
 
 
-def _parse_labels(text: str, lineno: int) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        match = _LABEL.match(text, pos)
-        if not match:
-            raise FleetInputError(
-                f'/metrics line {lineno}: cannot read the labels {{{text}}}; expected name="value" pairs '
-                "(is this Prometheus text exposition format?)"
-            )
-        value = re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], match.group(2))
-        labels[match.group(1)] = value
-        pos = match.end()
-    return labels
-
-
-def _parse_value(text: str, lineno: int) -> float:
-    try:
-        return float(text)  # float() reads NaN, +Inf and -Inf the way Prometheus writes them
-    except ValueError as exc:
-        raise FleetInputError(f"/metrics line {lineno}: sample value {text!r} is not a number") from exc
+def _bad_line(text: str) -> tuple[int, str]:
+    """The first line prometheus_client cannot read, with its number (its own error names neither)."""
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if raw.strip() and not raw.lstrip().startswith("#"):
+            try:
+                list(text_string_to_metric_families(raw + "\n"))
+            except ValueError:
+                return lineno, raw.strip()
+    return 0, ""
 
 
 def parse_prometheus(text: str) -> list[Sample]:
-    """Parse Prometheus text format 0.0.4 (what vLLM's prometheus_client serves). Comments are skipped."""
-    samples: list[Sample] = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            raise FleetInputError(
-                f"/metrics line {lineno}: {line[:120]!r} is not a Prometheus sample; "
-                "pass the body of GET /metrics"
-            )
-        labels = _parse_labels(match.group("labels") or "", lineno)
-        samples.append(Sample(match.group("name"), labels, _parse_value(match.group("value"), lineno)))
-    return samples
+    """Parse Prometheus text format 0.0.4 (what vLLM's prometheus_client serves), with prometheus_client's own
+    parser (escapes, NaN/+Inf, timestamps). Comments are skipped; samples keep their exposed names."""
+    try:
+        return [
+            Sample(sample.name, dict(sample.labels), float(sample.value))
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        ]
+    except ValueError as exc:
+        lineno, line = _bad_line(text)
+        raise FleetInputError(
+            f"/metrics line {lineno}: {line[:120]!r} is not a Prometheus sample ({exc}); "
+            "pass the body of GET /metrics"
+        ) from exc
 
 
 def metric_families(text: str) -> dict[str, str]:
