@@ -169,7 +169,8 @@ def main() -> int:
             "-e",
             f"vllm_service_max_num_seqs={10 + max(sizes)}",
             "-e",
-            'vllm_service_extra_args=["--long-prefill-token-threshold", "100000"]',
+            # a list: the JSON form, as ansible-playbook takes it (KEY=VALUE gives every value as a string)
+            '{"vllm_service_extra_args": ["--long-prefill-token-threshold", "100000"]}',
         )
         canary = bad["summary"]["hosts"][0]
         latency = canary_stop_latency(bad["events"], canary["host"], bad["wall_s"])

@@ -201,7 +201,8 @@ def test_argv_vllm_rejects_rolls_the_canary_back_and_stops(fleet):
         "-e",
         "vllm_service_max_num_seqs=8",
         "-e",
-        'vllm_service_extra_args=["--long-prefill-token-threshold", "100000"]',
+        # a list: the JSON form, as ansible-playbook takes it (KEY=VALUE gives every value as a string)
+        '{"vllm_service_extra_args": ["--long-prefill-token-threshold", "100000"]}',
     )
     assert rc == 1 and summary["result"] == "failed"
     hosts = by_host(summary)
