@@ -82,10 +82,8 @@ def test_exact_and_approximate_verdicts() -> None:
     ).exact
 
 
-def test_mamba2_hybrid_is_sized_and_approximate() -> None:
-    """A Granite-4.0-H-shaped config (layer_types mamba/attention): the Mamba-2 state per layer and GPU is
-    conv (conv_dim / TP x (d_conv - 1)) + ssm (heads / TP x head_dim x d_state), vLLM's mamba2_state_shape."""
-    cfg = {
+# Granite-4.0-H's shape (layer_types mamba/attention), small: 3 Mamba-2 layers and one attention layer.
+GRANITE_H_SHAPED: dict[str, Any] = {
         "model_type": "granitemoehybrid",
         "num_hidden_layers": 4,
         "num_attention_heads": 32,
@@ -98,7 +96,13 @@ def test_mamba2_hybrid_is_sized_and_approximate() -> None:
         "mamba_n_groups": 1,
         "mamba_d_conv": 4,
         "torch_dtype": "bfloat16",
-    }
+}
+
+
+def test_mamba2_hybrid_is_sized_and_approximate() -> None:
+    """A Granite-4.0-H-shaped config (layer_types mamba/attention): the Mamba-2 state per layer and GPU is
+    conv (conv_dim / TP x (d_conv - 1)) + ssm (heads / TP x head_dim x d_state), vLLM's mamba2_state_shape."""
+    cfg = GRANITE_H_SHAPED
     plan = plan_capacity(
         cfg, tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=8192, kv_bytes_per_gpu=GIB
     )
@@ -114,22 +118,7 @@ def test_mamba2_hybrid_asked_for_prefix_caching_on_0_26_is_planned_in_all_mode()
     one state per Mamba group (MambaSpec.max_memory_usage_bytes). Read in the source, no real log:
     approximate.
     """
-    cfg = {
-        "model_type": "granitemoehybrid",
-        "architectures": ["GraniteMoeHybridForCausalLM"],
-        "num_hidden_layers": 4,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "hidden_size": 4096,
-        "layer_types": ["mamba", "mamba", "mamba", "attention"],
-        "mamba_n_heads": 128,
-        "mamba_d_head": 64,
-        "mamba_d_state": 128,
-        "mamba_n_groups": 1,
-        "mamba_d_conv": 4,
-        "mamba_chunk_size": 256,
-        "torch_dtype": "bfloat16",
-    }
+    cfg = {**GRANITE_H_SHAPED, "architectures": ["GraniteMoeHybridForCausalLM"], "mamba_chunk_size": 256}
     kwargs: dict[str, Any] = {
         "tensor_parallel_size": 1,
         "kv_cache_dtype": "auto",
