@@ -131,6 +131,7 @@ class ActionModule(ActionBase):
         deadline = start + timeout
         baseline: UnitState | None = None
         polls = 0
+        progress_lines = 0
         next_progress = start + args["progress_interval"]
         host = task_vars.get("inventory_hostname", "")
         try:
@@ -149,6 +150,7 @@ class ActionModule(ActionBase):
                     display.display(
                         wait_progress_line(host, unit, time.monotonic() - start, timeout, sub, health, last)
                     )
+                    progress_lines += 1
                 if time.monotonic() >= deadline:
                     verdict = Readiness("timeout", f"not ready within {timeout} s ({verdict.reason})")
                     break
@@ -163,6 +165,7 @@ class ActionModule(ActionBase):
             reason=verdict.reason,
             waited_s=round(waited, 1),
             polls=polls,
+            progress_lines=progress_lines,
             timeout=timeout,
             target=target.to_dict(),
             unit_state=state.to_dict(),

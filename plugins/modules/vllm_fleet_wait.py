@@ -102,6 +102,10 @@ waited_s:
   description: Seconds waited.
   type: float
   returned: always
+progress_lines:
+  description: How many progress lines the wait printed (one per O(progress_interval) while not ready).
+  type: int
+  returned: always
 invocation_id:
   description: The InvocationID of the start that was waited on (its journal is the one to check).
   type: str

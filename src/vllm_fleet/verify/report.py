@@ -66,6 +66,12 @@ SYSTEMCTL_PROPERTIES = (
 )
 
 
+# What the report keeps of the readiness wait's result (vllm_fleet_wait).
+READINESS_KEPT = (
+    "state", "reason", "waited_s", "timeout", "polls", "progress_lines", "invocation_id", "unit_show"
+)
+
+
 def _int_or(value: str | None, default: int | None) -> int | None:
     try:
         return int(value) if value not in (None, "") else default
@@ -806,11 +812,7 @@ def build_report(
             elif target.kv_offload_cpu_bytes:
                 checks.append(check_kv_offload_metrics(target, summary))
 
-    kept = {
-        k: readiness[k]
-        for k in ("state", "reason", "waited_s", "timeout", "polls", "invocation_id", "unit_show")
-        if k in readiness
-    }
+    kept = {k: readiness[k] for k in READINESS_KEPT if k in readiness}
     ok = bool(checks) and all(c.ok for c in checks)
     if full:
         verified = start_of(instance, kept.get("invocation_id")) if ok else {}
