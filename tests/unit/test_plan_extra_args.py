@@ -127,6 +127,17 @@ def test_pipeline_or_data_parallelism_is_refused_before_any_host_changes(words: 
     assert "remove it from vllm_service_extra_args" in refusal[0]
 
 
+def test_a_dcp_size_that_does_not_divide_tp_is_refused() -> None:
+    # vllm/config/parallel.py: "tp_size needs to be divisible by dcp_size" (DCP reuses the TP group's GPUs)
+    out = rendered(["-dcp", "3"])
+    assert any(
+        e.startswith("vllm_service_extra_args: -dcp 3 does not divide instance")
+        and "tensor_parallel_size 4" in e
+        for e in out.errors
+    )
+    assert not any("does not divide" in e for e in rendered(["-dcp", "4"]).errors)
+
+
 def test_a_bad_value_is_a_preflight_error() -> None:
     out = rendered(["--block-size", "big"])
     assert any("vllm_service_extra_args: --block-size 'big'" in e for e in out.errors)

@@ -8,7 +8,8 @@ in the startup log) would be those of vLLM's defaults, not of the argv vLLM gets
 spellings (`--flag=value`, `--flag value`, `--flag_name`, aliases such as `-dcp`, an unambiguous prefix of
 exactly one flag), the last occurrence winning as in argparse:
 
-- `--block-size`, `--decode-context-parallel-size` / `-dcp`, `--mamba-cache-mode`: passed to the planner;
+- `--block-size`, `--decode-context-parallel-size` / `-dcp`, `--mamba-cache-mode`: passed to the planner
+  (a DCP size must divide the instance's TP, as vLLM requires);
 - `--pipeline-parallel-size` / `-pp`, `--data-parallel-size` / `-dp`: above 1 the instance needs
   TP x PP x DP GPUs while the layout gives it its TP GPUs only (CUDA_VISIBLE_DEVICES), so vLLM would stop at
   start-up: preflight refuses it (a size of 1 is harmless and read);
@@ -131,9 +132,18 @@ def plan_flags(words: Sequence[str], release: flagcat.Release) -> PlanFlags:
     return PlanFlags(**found, spelled=spelled)  # type: ignore[arg-type]
 
 
-def world_size_errors(flags: PlanFlags, instance: str, tp: int) -> list[str]:
-    """Pipeline / data parallelism in extra_args: the layout gives the instance only its TP GPUs."""
+def parallel_errors(flags: PlanFlags, instance: str, tp: int) -> list[str]:
+    """Pipeline / data parallelism in extra_args (the layout gives the instance only its TP GPUs), and a
+    decode context parallel size that does not divide TP (DCP reuses the TP group's GPUs: vLLM's
+    ParallelConfig requires tensor_parallel_size % decode_context_parallel_size == 0)."""
     errors = []
+    dcp = flags.decode_context_parallel_size
+    if dcp is not None and tp % dcp:
+        errors.append(
+            f"{VARIABLE}: {flags.spelled['decode_context_parallel_size']} does not divide instance "
+            f"{instance}'s tensor_parallel_size {tp} (decode context parallelism splits the TP group, and "
+            f"vLLM refuses a size that does not divide it); use a divisor of {tp}, or remove it"
+        )
     for dest, what in (("pipeline_parallel_size", "pipeline"), ("data_parallel_size", "data")):
         size = getattr(flags, dest)
         if size is not None and size > 1:

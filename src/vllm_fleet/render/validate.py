@@ -415,7 +415,7 @@ def validate_instance(
         except FleetInputError as exc:
             errors.append(str(exc))
         else:
-            errors += extra_args.world_size_errors(plan_args, name, tp)
+            errors += extra_args.parallel_errors(plan_args, name, tp)
             _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations, plan_args)
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is not None:
         warnings.append(
