@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""What an idempotent re-run of site.yml costs on a converged fleet of 1, 2 and 4 lab hosts, against
+`ansible -m ansible.builtin.setup` on the same hosts in the same run (issue 21; not a timed test).
+
+    sudo .venv/bin/python benchmarks/rerun_cost.py [--hosts 1,2,4] [--rounds 3] [--name rerun-bench] [--keep]
+
+One lab of max(--hosts) hosts (systemd-nspawn, real systemd, the real vLLM CPU build) is brought up and
+converged once with site.yml (not timed), then re-run once to settle (the first re-run after a converge is the
+first light verify). Then for each N, on the first N hosts (`-e vllm_fleet_hosts=...`, the host pattern every
+playbook uses; `ansible` gets the same pattern), `--rounds` times each, interleaved: `ansible -m setup` on the
+N hosts, and site.yml, which must report changed=0 on every host
+(else the benchmark fails: it measures re-checks, not changes). Prints the best of the rounds (the least
+disturbed by other work on the machine) for setup and re-run, re-run/setup per N, re-run(N)/re-run(1), and the
+per-role seconds of that best re-run (the vllm_fleet_timing callback's table).
+With --reuse, a lab of that name that is already up and converged is used as it is and left up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vllm_fleet.lab import run as lab_run
+from vllm_fleet.lab import spec as lab
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CLI = str(BIN / "vllm-fleet")
+ROLE_LINE = re.compile(r"^\s+(.+?) \((\d+) tasks?\)\s+([\d.]+) s$")
+
+
+def run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}", "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
+
+
+def recap_changed(stdout: str) -> dict[str, int]:
+    recap = stdout.split("PLAY RECAP")[-1]
+    return {host: int(n) for host, n in re.findall(r"^(\S+)\s*: ok=\d+\s+changed=(\d+)", recap, re.M)}
+
+
+def role_table(stdout: str) -> dict[str, float]:
+    """Seconds per role from the timing callback's "role timings" table."""
+    table = stdout.split("role timings (wall clock, slowest first):")[-1].split("slowest ")[0]
+    return {m[1]: float(m[3]) for line in table.splitlines() if (m := ROLE_LINE.match(line))}
+
+
+def site(inventory: Path, reports: Path, hosts: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.monotonic()
+    proc = run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            str(inventory),
+            "site.yml",
+            "-e",
+            f"vllm_fleet_hosts={':'.join(hosts)}",
+            "-e",
+            f"vllm_fleet_report_dir={reports}",
+            "-e",
+            f"vllm_verify_report_dir={reports}/verify",
+        ],
+        timeout=3600,
+    )
+    return time.monotonic() - started, proc
+
+
+def setup(inventory: Path, hosts: list[str]) -> float:
+    started = time.monotonic()
+    proc = run(
+        [str(BIN / "ansible"), "-i", str(inventory), ":".join(hosts), "-m", "ansible.builtin.setup"], 600
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"ansible -m setup failed:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+    return time.monotonic() - started
+
+
+def rerun(inventory: Path, reports: Path, hosts: list[str]) -> tuple[float, dict[str, float]]:
+    wall, proc = site(inventory, reports, hosts)
+    changed = recap_changed(proc.stdout)
+    if proc.returncode != 0 or not set(hosts) <= set(changed) or any(changed.values()):
+        raise SystemExit(f"the re-run was not a converged no-op ({changed}):\n{proc.stdout[-5000:]}")
+    return wall, role_table(proc.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hosts", default="1,2,4", help="fleet sizes, comma-separated (default 1,2,4)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--name", default="rerun-bench", help="the lab's name")
+    parser.add_argument("--reuse", action="store_true", help="use a lab of --name that is up and converged")
+    parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    args = parser.parse_args()
+    sizes = sorted({int(n) for n in args.hosts.split(",")})
+    names = [f"{args.name}-{i}" for i in range(1, max(sizes) + 1)]
+    work = Path(tempfile.mkdtemp(prefix="rerun-bench-"))
+    inventory = work / "inventory"
+    (inventory / "group_vars" / "lab").mkdir(parents=True)
+    shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
+    lab_up = [CLI, "lab", "up", "--name", args.name, "--hosts", str(max(sizes))]
+    if args.reuse:
+        lab_run.write_inventory(lab.plan_lab(args.name, names, lab.lab_root()), inventory / "hosts.yml", True)
+    else:
+        up = run([*lab_up, "--inventory", str(inventory / "hosts.yml")], 3600)
+        if up.returncode != 0:
+            print(up.stdout[-2000:], up.stderr[-2000:])
+            return 1
+    reports = work / "reports"
+    try:
+        if not args.reuse:
+            wall, proc = site(inventory, reports, names)
+            if proc.returncode != 0:
+                print(f"converging {max(sizes)} hosts failed:\n{proc.stdout[-5000:]}")
+                return 1
+            print(f"converge {max(sizes)} hosts: {wall:.0f} s (not part of the figures)")
+        rerun(inventory, reports, names)  # settle: the first light verify after a converge
+        setups: dict[int, list[float]] = {n: [] for n in sizes}
+        reruns: dict[int, list[tuple[float, dict[str, float]]]] = {n: [] for n in sizes}
+        for round_ in range(1, args.rounds + 1):
+            for n in sizes:
+                setups[n].append(setup(inventory, names[:n]))
+                reruns[n].append(rerun(inventory, reports, names[:n]))
+                wall = reruns[n][-1][0]
+                print(f"round {round_}, {n} host(s): setup {setups[n][-1]:5.1f} s, re-run {wall:5.1f} s")
+    finally:
+        if not (args.keep or args.reuse):
+            run([CLI, "lab", "down", "--name", args.name], 600)
+    load = os.getloadavg()
+    print(f"\n{os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
+    best = {n: min(reruns[n], key=lambda item: item[0]) for n in sizes}
+    one = best[sizes[0]][0]
+    versus_one = f"re-run/re-run({sizes[0]})"
+    print(f"{'hosts':>5}  {'setup s':>8}  {'re-run s':>8}  {'re-run/setup':>12}  {versus_one:>16}")
+    for n in sizes:
+        s = min(setups[n])
+        print(f"{n:>5}  {s:8.1f}  {best[n][0]:8.1f}  {best[n][0] / s:12.1f}  {best[n][0] / one:16.2f}")
+    roles = sorted(
+        {role for _, table in best.values() for role in table}, key=lambda r: -best[sizes[-1]][1].get(r, 0)
+    )
+    print("\nper role, seconds of the best re-run:")
+    print(f"  {'role':24}" + "".join(f"{str(n) + ' host(s)':>12}" for n in sizes))
+    for role in roles:
+        print(f"  {role:24}" + "".join(f"{best[n][1].get(role, 0.0):12.1f}" for n in sizes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
