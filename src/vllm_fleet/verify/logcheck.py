@@ -398,15 +398,16 @@ def clean_line(raw: str) -> str:
     lines need none of the four, and test_logcheck_reference checks the gates against the bare regexes.
     """
     line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
-    if line[3:4] == " ":
-        line = _JOURNAL_PREFIX.sub("", line)
-    if line[4:5] == "-":
-        line = _ISO_PREFIX.sub("", line)
-    if "|" in line:
-        line = _COMPOSE_PREFIX.sub("", line)  # docker compose service column
+    # match + slice, not sub: each prefix regex is anchored (one match at most) and a slice is cheaper.
+    if line[3:4] == " " and (found := _JOURNAL_PREFIX.match(line)):
+        line = line[found.end() :]
+    if line[4:5] == "-" and (found := _ISO_PREFIX.match(line)):
+        line = line[found.end() :]
+    if "|" in line and (found := _COMPOSE_PREFIX.match(line)):
+        line = line[found.end() :]  # docker compose service column
     first = line[:1]
-    if first == "(" or first == "[" or first.isspace():
-        line = _PROCESS_PREFIX.sub("", line)
+    if (first == "(" or first == "[" or first.isspace()) and (found := _PROCESS_PREFIX.match(line)):
+        line = line[found.end() :]
     return line
 
 
@@ -821,16 +822,6 @@ class LogParser:
             if match:
                 _set(self.report, name, int(match.group("n")), line)
 
-    def _on_settings(self, line: str) -> None:
-        report = self.report
-        for name, patterns in _settings_in(line):
-            for pattern in patterns:
-                match = pattern.search(line)
-                if match:
-                    report.settings[name] = _number(match.group("v"))
-                    report.evidence[f"settings.{name}"] = line
-                    break
-
     def _on_backend(self, line: str) -> None:
         for pattern in (_BACKEND_POTENTIAL, _BACKEND_ENUM, _BACKEND_NAME, _BACKEND_WORDS):
             match = pattern.search(line)
@@ -1063,28 +1054,20 @@ def _maxlen_values(error: LogError, whole: str) -> None:
         error.values = {"max_model_len": int(found.group("len")), "kv_cache_tokens": int(found.group("cap"))}
 
 
-_SETTINGS_BY_SHAPE: dict[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {}
+def _setting_handler(name: str, patterns: tuple[Any, ...]) -> Callable[[LogParser, str], None]:
+    """The handler of one setting: `settings[name]` = the first of its patterns that matches the line (each
+    setting is its own handler, so the needle automaton picks exactly the settings a line holds)."""
 
+    def on_setting(parser: LogParser, line: str) -> None:
+        for pattern in patterns:
+            match = pattern.search(line)
+            if match:
+                parser.report.settings[name] = _number(match.group("v"))
+                parser.report.evidence[f"settings.{name}"] = line
+                return
 
-def _settings_in(line: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-    """(name, patterns) of the settings whose needles the line holds, found once per line shape."""
-    shape = line.translate(_FOLD) if len(line) <= _SHAPE_MAX_CHARS else None
-    known = _SETTINGS_BY_SHAPE.get(shape) if shape is not None else None
-    if known is None:
-        known = tuple(
-            (name, patterns)
-            for name, needles, patterns in _SETTING_PATTERNS
-            if any(needle in line for needle in needles)
-        )
-        if shape is not None:
-            if len(_SETTINGS_BY_SHAPE) >= _SHAPES_LIMIT:
-                _SETTINGS_BY_SHAPE.clear()
-            _SETTINGS_BY_SHAPE[shape] = known
-    return known
-
-
-def _setting_needles() -> tuple[str, ...]:
-    return tuple(needle for _, needles, _ in _SETTING_PATTERNS for needle in needles)
+    on_setting.__name__ = on_setting.__qualname__ = f"_on_setting_{name}"
+    return on_setting
 
 
 # (literal substrings, handler): a handler runs when the raw line holds one of its substrings. Every regex the
@@ -1096,7 +1079,7 @@ _HANDLERS: tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...] 
     (("kv_cache_dtype", "to store kv cache"), LogParser._on_kv_dtype),
     (("max_seq_len=", "'max_model_len'", "Using max model len"), LogParser._on_max_len),
     (("parallel_size",), LogParser._on_parallel),
-    (_setting_needles(), LogParser._on_settings),
+    *((needles, _setting_handler(name, patterns)) for name, needles, patterns in _SETTING_PATTERNS),
     (("backend",), LogParser._on_backend),
     (
         ("Custom allreduce", "-reduce", "-Reduce", "-REDUCE", "disable_custom_all_reduce"),
@@ -1152,12 +1135,6 @@ class _MaskHandlers(dict):
 _MASK_HANDLERS = _MaskHandlers()  # at most one entry per distinct mask a line produces (a few dozen)
 _STATS_MASK = next(1 << bit for bit, (_, handler) in enumerate(_HANDLERS) if handler is LogParser._on_stats)
 BLOCK_CHARS = 1 << 20  # characters read per block (whole lines)
-# `_settings_in`'s line shape: digits folded, except those a needle holds, so two lines of one shape hold the
-# same needles at the same places (a needle without those digits cannot match at a folded one).
-_KEPT_DIGITS = {c for needle in _NEEDLES for c in needle} & set("0123456789")
-_FOLD = str.maketrans({d: "#" for d in set("0123456789") - _KEPT_DIGITS})
-_SHAPES_LIMIT = 4096  # distinct shapes kept (emptied when full: memory stays flat, at most ~2 MiB)
-_SHAPE_MAX_CHARS = 512  # longer lines (config dumps, rare) are looked at directly, not kept
 
 
 def _line_masks(block: str) -> tuple[list[int], list[int], list[int]]:
