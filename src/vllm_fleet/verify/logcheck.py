@@ -395,7 +395,7 @@ def clean_line(raw: str) -> str:
 
     Each prefix regex runs only where a character it needs is in place (a journald date has a space at 3,
     an ISO date a dash at 4, a compose column a `|`, a process tag starts with `(`, `[` or a space): most
-    lines need none of the four, and test_logcheck_reference checks the gates against the bare regexes.
+    lines need none of the four, and test_logcheck_reference checks these tests against the bare regexes.
     """
     line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
     # match + slice, not sub: each prefix regex is anchored (one match at most) and a slice is cheaper.
@@ -614,8 +614,9 @@ def _transfer_fields(body: str) -> dict[str, int | float | str]:
 class LogParser:
     """One streaming pass over a log: `feed(line)` per line, then `finish()` for the report.
 
-    Each handler below is guarded by literal substrings (`_HANDLERS`); a line that contains none of them costs
-    a few `in` tests and no regex and is never cleaned. History lists keep their last HISTORY_LIMIT entries
+    Each handler below is guarded by literal substrings (`_HANDLERS`), all found in one automaton pass per
+    block (`_line_masks`); a line that contains none of them costs no Python code and is never cleaned.
+    History lists keep their last HISTORY_LIMIT entries
     and each error kind its first ERRORS_PER_KIND lines (`error_counts` counts them all), so memory stays
     flat whatever the journal's length.
     """
