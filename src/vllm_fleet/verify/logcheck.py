@@ -74,6 +74,7 @@ _VERSION_PATTERNS = (
 )
 # --- KV cache size
 _KV_TOKENS = re.compile(r"(?P<dev>GPU \+ host|[A-Z]{2,5}) KV cache size: (?P<tokens>[\d,]+) tokens")
+_KV_TOKENS_TEXT = " KV cache size: "  # in every _KV_TOKENS match
 _CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
 _BLOCKS = _Literal(
     *(
@@ -699,7 +700,11 @@ class LogParser:
         """Continuation lines of a hard-wrapped error, and the exception that ends a traceback."""
         still = []
         for error, parts in self.joins:
-            if not line or _CONTINUATION_START.match(line) or _KV_TOKENS.search(line):
+            if (
+                not line
+                or _CONTINUATION_START.match(line)
+                or (_KV_TOKENS_TEXT in line and _KV_TOKENS.search(line))
+            ):
                 _maxlen_values(error, "".join(parts))
                 continue
             parts.append(line)
@@ -756,8 +761,9 @@ class LogParser:
 
     def _on_kv_report(self, line: str) -> None:
         report = self.report
-        tokens = _KV_TOKENS.search(line)
-        blocks = None if tokens else _BLOCKS.search(line)
+        # `in` first: _KV_TOKENS starts with an alternation, so `re` tries it at every position of the line.
+        tokens = _KV_TOKENS.search(line) if _KV_TOKENS_TEXT in line else None
+        blocks = None if tokens or " blocks: " not in line else _BLOCKS.search(line)
         if tokens:
             if self.current.tokens is not None or self.current.gpu_blocks is not None:
                 self.current = KvCacheReport()
