@@ -2,6 +2,7 @@
 """How fast `vllm-fleet logcheck` reads a large journal, against a plain line-by-line read of the same file.
 
     .venv/bin/python benchmarks/logcheck_throughput.py [--mb 200] [--mix dense,serving] [--keep DIR]
+        [--before-src DIR] [--rounds N]
 
 Two journals of --mb megabytes, both made only of the project's real recorded logs:
 
@@ -19,9 +20,13 @@ own:
 - `plain read`: `for line in open(file): n += len(line)`, the floor any line-based reader pays;
 - `logcheck`: `vllm_fleet.verify.logcheck.parse_file(file)`, the streaming parser the CLI uses.
 
-Printed: wall and CPU seconds, MB/s (MB = 10^6 bytes, over wall time) and peak RSS in MiB of each, and
-logcheck's throughput as a share of the plain read's. Not a timed test: nothing fails on a number (the
-target, >= 30 MB/s under 200 MB, is in the README).
+`--before-src DIR` (another revision's `src/`, e.g. from `git worktree add /tmp/before main`) adds a
+`before` row per round, run alternately with this revision's in the same run: on a shared machine only
+figures from one run compare. `--rounds N` repeats the logcheck rows.
+
+Printed: wall and CPU seconds, MB/s (MB = 10^6 bytes) over wall and over CPU time, and peak RSS in MiB of
+each, and logcheck's throughput as a share of the plain read's. Not a timed test: nothing fails on a number
+(the target, >= 30 MB/s under 200 MB, is in the README).
 """
 
 from __future__ import annotations
@@ -101,8 +106,8 @@ def build_journal(path: Path, megabytes: int, mix: str) -> tuple[int, int]:
     return written, len(texts)
 
 
-def measure(mode: str, path: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def measure(mode: str, path: Path, src: Path = ROOT / "src") -> dict:
+    env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(
         [sys.executable, "-c", CHILD, mode, str(path)], capture_output=True, text=True, check=True, env=env
     )
@@ -114,24 +119,35 @@ def main() -> int:
     parser.add_argument("--mb", type=int, default=200, help="journal size in MB (10^6 bytes), default 200")
     parser.add_argument("--mix", default="dense,serving", help="journals to measure (default dense,serving)")
     parser.add_argument("--keep", metavar="DIR", help="write the journals here and keep them")
+    parser.add_argument("--before-src", metavar="DIR", help="another revision's src/ to measure alternately")
+    parser.add_argument("--rounds", type=int, default=1, help="logcheck measurements per reader (default 1)")
     args = parser.parse_args()
 
     print(
         f"# logcheck throughput, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}"
     )
-    print(f"{'journal':<8} {'reader':<11} {'seconds':>8} {'CPU s':>6} {'MB/s':>7} {'peak RSS MiB':>13}")
+    print(
+        f"{'journal':<8} {'reader':<11} {'seconds':>8} {'CPU s':>6} {'MB/s':>7} {'CPU MB/s':>9} "
+        f"{'peak RSS MiB':>13}"
+    )
     with tempfile.TemporaryDirectory(prefix="logcheck-bench-") as tmp:
         for mix in args.mix.split(","):
             path = Path(args.keep or tmp) / f"journal-{mix}.txt"
             size, sources = build_journal(path, args.mb, mix)
             plain = measure("plain", path)
-            logcheck = measure("logcheck", path)
+            rows = [("plain read", plain)]
+            for _ in range(args.rounds):
+                if args.before_src:
+                    rows.append(("before", measure("logcheck", path, Path(args.before_src))))
+                logcheck = measure("logcheck", path)
+                rows.append(("logcheck", logcheck))
             mb = size / 10**6
-            for name, row in (("plain read", plain), ("logcheck", logcheck)):
+            for name, row in rows:
                 print(
                     f"{mix:<8} {name:<11} {row['seconds']:>8.2f} {row['cpu_seconds']:>6.2f} "
-                    f"{mb / row['seconds']:>7.1f} {row['maxrss_kib'] / 1024:>13.1f}"
+                    f"{mb / row['seconds']:>7.1f} {mb / row['cpu_seconds']:>9.1f} "
+                    f"{row['maxrss_kib'] / 1024:>13.1f}"
                 )
             print(
                 f"# {mix}: {mb:.1f} MB, {logcheck['lines']:,} lines from {sources} real recorded log(s); "

@@ -28,20 +28,46 @@ def public_logs() -> list[str]:
     ]
 
 
-def test_every_needle_holds_a_gate() -> None:
-    """The block prefilter may only skip a line that no handler could use."""
-    uncovered = [
+def handlers_of(line: str) -> tuple:
+    """The handlers the needle automaton picks for one line."""
+    starts, _, masks = logcheck._line_masks(line + "\n")
+    assert len(starts) <= 1
+    return logcheck._MASK_HANDLERS[masks[0]] if masks else ()
+
+
+def test_the_automaton_finds_every_needle_of_every_handler() -> None:
+    """The prefilter may only skip a line that no handler could use: each needle alone in a line, and all
+    needles in one line (overlapping, nested: `KV Cache` in `reserved for KV Cache`), reach their handlers."""
+    missed = [
         (needle, handler.__name__)
         for needles, handler in logcheck._HANDLERS
         for needle in needles
-        if not any(gate in needle for gate in logcheck._GATES)
+        if handler not in handlers_of(f"INFO x {needle} y")
     ]
-    assert uncovered == []
+    assert missed == []
+    every = " ".join(needle for needles, _ in logcheck._HANDLERS for needle in needles)
+    assert handlers_of(every) == tuple(handler for _, handler in logcheck._HANDLERS)
+    assert handlers_of('INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK') == ()
 
 
-def test_stats_fast_path_and_line_shapes_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stats lines cut out before the gates scan, handlers looked up per line shape: the same report as the
-    plain scan (no cut, a line's shape the line itself), on every real log here."""
+def test_lines_and_masks_of_a_block() -> None:
+    block = "a Binding x\nnothing here\nStarting vLLM API server 0 on http://0:8000\nlast version"
+    starts, ends, masks = logcheck._line_masks(block)
+    assert [block[s:e] for s, e in zip(starts, ends, strict=True)] == [
+        "a Binding x",
+        "Starting vLLM API server 0 on http://0:8000",
+        "last version",
+    ]
+    assert [logcheck._MASK_HANDLERS[m] for m in masks] == [
+        (LogParser._on_numa,),
+        (LogParser._on_ready,),
+        (LogParser._on_version,),
+    ]
+
+
+def test_stats_fast_path_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stats lines kept raw: the same report as the plain path (every stats line cleaned and handed to
+    `_on_stats`), on every real log here."""
     gpu = FIXTURES / "gpu-h200-vllm-0.26.0"
     text = (
         "".join(public_logs())
@@ -52,27 +78,18 @@ def test_stats_fast_path_and_line_shapes_change_nothing(monkeypatch: pytest.Monk
     text += healthy[healthy.index("Application startup complete") :] * 20  # serving: stats and access lines
     fast = parse_log(text).to_dict()
     assert text.count("Avg prompt throughput") > 50 and fast["stats"] is not None  # the fast path ran
-    monkeypatch.setattr(logcheck, "_STATS_GATE", "\0 no line holds this")
-    monkeypatch.setattr(logcheck, "_FOLD", {})
-    logcheck._SHAPES.clear()
-    logcheck._SETTINGS_BY_SHAPE.clear()
+    monkeypatch.setattr(logcheck, "_STATS_MASK", -1)
     assert parse_log(text).to_dict() == fast
-    logcheck._SHAPES.clear()
-    logcheck._SETTINGS_BY_SHAPE.clear()
 
 
-def test_a_shape_keeps_the_digits_a_needle_holds() -> None:
-    # " blocks: 0" (no KV memory) and 'HTTP/1.1" 5' (a server error) hold digits: lines differing there differ
-    zero = logcheck._shape_handlers("INFO 10-01 12:00:00 [executor.py:1] # GPU blocks: 0, # CPU blocks: 512")
-    some = logcheck._shape_handlers("INFO 10-01 12:00:00 [executor.py:1] # GPU blocks: 7, # CPU blocks: 512")
-    assert LogParser._on_fatal in zero[1] and LogParser._on_fatal not in some[1]
-    ok = logcheck._shape_handlers('INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 200 OK')
-    bad = logcheck._shape_handlers('INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 500 OK')
-    assert LogParser._on_http_5xx in bad[1] and LogParser._on_http_5xx not in ok[1]
-
-
-def test_every_gate_reaches_a_handler() -> None:
-    assert all(mask for _, mask in logcheck._GATE_MASKS)
+def test_needles_that_hold_digits_tell_lines_apart() -> None:
+    # " blocks: 0" (no KV memory) and 'HTTP/1.1" 5' (a server error) hold digits
+    zero = handlers_of("INFO 10-01 12:00:00 [executor.py:1] # GPU blocks: 0, # CPU blocks: 512")
+    some = handlers_of("INFO 10-01 12:00:00 [executor.py:1] # GPU blocks: 7, # CPU blocks: 512")
+    assert LogParser._on_fatal in zero and LogParser._on_fatal not in some
+    ok = handlers_of('INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 200 OK')
+    bad = handlers_of('INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 500 OK')
+    assert LogParser._on_http_5xx in bad and LogParser._on_http_5xx not in ok
 
 
 @pytest.mark.parametrize("block_chars", [64, 1000, 1 << 20])

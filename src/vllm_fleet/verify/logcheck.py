@@ -25,13 +25,14 @@ by a terminal. Messages are matched by their text anywhere in the line, never by
 
 from __future__ import annotations
 
-import bisect
 import io
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+import ahocorasick_rs
 
 from vllm_fleet.errors import FleetInputError
 
@@ -73,6 +74,7 @@ _VERSION_PATTERNS = (
 )
 # --- KV cache size
 _KV_TOKENS = re.compile(r"(?P<dev>GPU \+ host|[A-Z]{2,5}) KV cache size: (?P<tokens>[\d,]+) tokens")
+_KV_TOKENS_TEXT = " KV cache size: "  # in every _KV_TOKENS match
 _CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
 _BLOCKS = _Literal(
     *(
@@ -394,18 +396,19 @@ def clean_line(raw: str) -> str:
 
     Each prefix regex runs only where a character it needs is in place (a journald date has a space at 3,
     an ISO date a dash at 4, a compose column a `|`, a process tag starts with `(`, `[` or a space): most
-    lines need none of the four, and test_logcheck_reference checks the gates against the bare regexes.
+    lines need none of the four, and test_logcheck_reference checks these tests against the bare regexes.
     """
     line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
-    if line[3:4] == " ":
-        line = _JOURNAL_PREFIX.sub("", line)
-    if line[4:5] == "-":
-        line = _ISO_PREFIX.sub("", line)
-    if "|" in line:
-        line = _COMPOSE_PREFIX.sub("", line)  # docker compose service column
+    # match + slice, not sub: each prefix regex is anchored (one match at most) and a slice is cheaper.
+    if line[3:4] == " " and (found := _JOURNAL_PREFIX.match(line)):
+        line = line[found.end() :]
+    if line[4:5] == "-" and (found := _ISO_PREFIX.match(line)):
+        line = line[found.end() :]
+    if "|" in line and (found := _COMPOSE_PREFIX.match(line)):
+        line = line[found.end() :]  # docker compose service column
     first = line[:1]
-    if first == "(" or first == "[" or first.isspace():
-        line = _PROCESS_PREFIX.sub("", line)
+    if (first == "(" or first == "[" or first.isspace()) and (found := _PROCESS_PREFIX.match(line)):
+        line = line[found.end() :]
     return line
 
 
@@ -612,8 +615,9 @@ def _transfer_fields(body: str) -> dict[str, int | float | str]:
 class LogParser:
     """One streaming pass over a log: `feed(line)` per line, then `finish()` for the report.
 
-    Each handler below is guarded by literal substrings (`_HANDLERS`); a line that contains none of them costs
-    a few `in` tests and no regex and is never cleaned. History lists keep their last HISTORY_LIMIT entries
+    Each handler below is guarded by literal substrings (`_HANDLERS`), all found in one automaton pass per
+    block (`_line_masks`); a line that contains none of them costs no Python code and is never cleaned.
+    History lists keep their last HISTORY_LIMIT entries
     and each error kind its first ERRORS_PER_KIND lines (`error_counts` counts them all), so memory stays
     flat whatever the journal's length.
     """
@@ -635,78 +639,33 @@ class LogParser:
     def feed_block(self, block: str) -> None:
         """Whole lines (a block ending at a line end, or the input's last line).
 
-        Each gate (`_GATES`) is looked for over the block by `str.find`, in C; only the lines that hold one
-        are cut out, cleaned and given to the handlers whose needles they hold. A line no gate matches is
-        never touched by Python code, which is what makes a journal of access logs cheap to read.
-
-        The periodic stats lines (`Avg prompt throughput`, most of a serving journal's bytes) are cut out
-        first, so the gates scan only the rest; each one's gates and handlers are those of its shape (digits
-        folded, `_line_shape`), looked up once per shape, so the verdict is the one the full scan gives.
+        One pass of the needle automaton (`_MATCHER`, in Rust) over the block finds the lines that hold a
+        needle and which handlers each needs; only those lines are cut out, cleaned and handed over. A line
+        that holds no needle is never touched by Python code (unless a traceback or wrapped error is open),
+        which is what makes a journal of access logs cheap to read. A stats line that only the stats handler
+        reads is kept raw (cleaned in finish(), for the last HISTORY_LIMIT only).
         """
         if not block:
             return
         self.report.lines_read += block.count("\n") + (not block.endswith("\n"))
         if "\x1b" in block:
             block = _ANSI.sub("", block)
-        find, rfind = block.find, block.rfind
-        hits: dict[int, int] = {}
-        stats: dict[int, tuple[int, tuple[Callable[[LogParser, str], None], ...]]] = {}
-        starts: list[int] = []  # where each piece of `rest` starts in the block
-        offsets: list[int] = []  # ... and in `rest`
-        pieces: list[str] = []
-        pos = size = 0
-        at = find(_STATS_GATE)
-        while at != -1:
-            start = rfind("\n", 0, at) + 1
-            end = find("\n", at)
-            end = len(block) if end == -1 else end
-            if start > pos:
-                starts.append(pos)
-                offsets.append(size)
-                pieces.append(block[pos:start])
-                size += start - pos
-            stats[start] = _shape_handlers(block[start:end])
-            pos = end + 1
-            at = find(_STATS_GATE, pos) if pos < len(block) else -1
-        if stats:
-            if pos < len(block):
-                starts.append(pos)
-                offsets.append(size)
-                pieces.append(block[pos:])
-            rest = "".join(pieces)
-        else:
-            rest, starts, offsets = block, [0], [0]
-        rest_find, rest_rfind = rest.find, rest.rfind
-        for gate, mask in _GATE_MASKS:
-            at = rest_find(gate)
-            while at != -1:
-                start = rest_rfind("\n", 0, at) + 1
-                hits[start] = hits.get(start, 0) | mask
-                end = rest_find("\n", at)
-                if end == -1:
-                    break
-                at = rest_find(gate, end)
-        if stats:
-            moved = {}
-            for start, mask in hits.items():
-                piece = bisect.bisect_right(offsets, start) - 1
-                moved[starts[piece] + start - offsets[piece]] = mask
-            hits = moved
-            for start, (mask, _) in stats.items():
-                if mask:
-                    hits[start] = mask
         pos = 0
-        for start in sorted(hits):
+        for start, end, mask in zip(*_line_masks(block), strict=True):
             if self.joins or self.traceback is not None:
                 pos = self._follow_until(block, pos, start)
-            end = find("\n", start)
-            end = len(block) if end == -1 else end
-            shape = stats.get(start)
-            following = self.joins or self.traceback is not None
-            if shape is not None and shape[1] == _ONLY_STATS and not following:
-                self._on_stats_raw(block[start:end])  # a stats line only the stats handler reads
+                following = self.joins or self.traceback is not None
             else:
-                self._dispatch(block[start:end], hits[start])
+                following = False
+            if mask == _STATS_MASK and not following:
+                self._on_stats_raw(block[start:end])
+            else:
+                line = clean_line(block[start:end])
+                if following:
+                    self._follow(line)
+                if line:
+                    for handler in _MASK_HANDLERS[mask]:
+                        handler(self, line)
             pos = end + 1
         if self.joins or self.traceback is not None:
             self._follow_until(block, pos, len(block))
@@ -723,19 +682,6 @@ class LogParser:
             self._follow(clean_line(block[pos:end]))
             pos = end + 1
         return pos
-
-    def _dispatch(self, raw: str, mask: int) -> None:
-        following = self.joins or self.traceback is not None
-        handlers = [handler for needles, handler in _MASK_HANDLERS[mask] if any(n in raw for n in needles)]
-        if not handlers and not following:
-            return  # a gate but no needle (gates are wider): nothing reads the line, so it is not cleaned
-        line = clean_line(raw)
-        if following:
-            self._follow(line)
-        if not line:
-            return
-        for handler in handlers:
-            handler(self, line)
 
     def finish(self) -> LogReport:
         for error, parts in self.joins:
@@ -754,7 +700,11 @@ class LogParser:
         """Continuation lines of a hard-wrapped error, and the exception that ends a traceback."""
         still = []
         for error, parts in self.joins:
-            if not line or _CONTINUATION_START.match(line) or _KV_TOKENS.search(line):
+            if (
+                not line
+                or _CONTINUATION_START.match(line)
+                or (_KV_TOKENS_TEXT in line and _KV_TOKENS.search(line))
+            ):
                 _maxlen_values(error, "".join(parts))
                 continue
             parts.append(line)
@@ -811,8 +761,9 @@ class LogParser:
 
     def _on_kv_report(self, line: str) -> None:
         report = self.report
-        tokens = _KV_TOKENS.search(line)
-        blocks = None if tokens else _BLOCKS.search(line)
+        # `in` first: _KV_TOKENS starts with an alternation, so `re` tries it at every position of the line.
+        tokens = _KV_TOKENS.search(line) if _KV_TOKENS_TEXT in line else None
+        blocks = None if tokens or " blocks: " not in line else _BLOCKS.search(line)
         if tokens:
             if self.current.tokens is not None or self.current.gpu_blocks is not None:
                 self.current = KvCacheReport()
@@ -877,16 +828,6 @@ class LogParser:
             match = pattern.search(line)
             if match:
                 _set(self.report, name, int(match.group("n")), line)
-
-    def _on_settings(self, line: str) -> None:
-        report = self.report
-        for name, patterns in _settings_in(line):
-            for pattern in patterns:
-                match = pattern.search(line)
-                if match:
-                    report.settings[name] = _number(match.group("v"))
-                    report.evidence[f"settings.{name}"] = line
-                    break
 
     def _on_backend(self, line: str) -> None:
         for pattern in (_BACKEND_POTENTIAL, _BACKEND_ENUM, _BACKEND_NAME, _BACKEND_WORDS):
@@ -1120,28 +1061,20 @@ def _maxlen_values(error: LogError, whole: str) -> None:
         error.values = {"max_model_len": int(found.group("len")), "kv_cache_tokens": int(found.group("cap"))}
 
 
-_SETTINGS_BY_SHAPE: dict[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {}
+def _setting_handler(name: str, patterns: tuple[Any, ...]) -> Callable[[LogParser, str], None]:
+    """The handler of one setting: `settings[name]` = the first of its patterns that matches the line (each
+    setting is its own handler, so the needle automaton picks exactly the settings a line holds)."""
 
+    def on_setting(parser: LogParser, line: str) -> None:
+        for pattern in patterns:
+            match = pattern.search(line)
+            if match:
+                parser.report.settings[name] = _number(match.group("v"))
+                parser.report.evidence[f"settings.{name}"] = line
+                return
 
-def _settings_in(line: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-    """(name, patterns) of the settings whose needles the line holds, found once per line shape."""
-    shape = line.translate(_FOLD) if len(line) <= _SHAPE_MAX_CHARS else None
-    known = _SETTINGS_BY_SHAPE.get(shape) if shape is not None else None
-    if known is None:
-        known = tuple(
-            (name, patterns)
-            for name, needles, patterns in _SETTING_PATTERNS
-            if any(needle in line for needle in needles)
-        )
-        if shape is not None:
-            if len(_SETTINGS_BY_SHAPE) >= _SHAPES_LIMIT:
-                _SETTINGS_BY_SHAPE.clear()
-            _SETTINGS_BY_SHAPE[shape] = known
-    return known
-
-
-def _setting_needles() -> tuple[str, ...]:
-    return tuple(needle for _, needles, _ in _SETTING_PATTERNS for needle in needles)
+    on_setting.__name__ = on_setting.__qualname__ = f"_on_setting_{name}"
+    return on_setting
 
 
 # (literal substrings, handler): a handler runs when the raw line holds one of its substrings. Every regex the
@@ -1153,7 +1086,7 @@ _HANDLERS: tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...] 
     (("kv_cache_dtype", "to store kv cache"), LogParser._on_kv_dtype),
     (("max_seq_len=", "'max_model_len'", "Using max model len"), LogParser._on_max_len),
     (("parallel_size",), LogParser._on_parallel),
-    (_setting_needles(), LogParser._on_settings),
+    *((needles, _setting_handler(name, patterns)) for name, needles, patterns in _SETTING_PATTERNS),
     (("backend",), LogParser._on_backend),
     (
         ("Custom allreduce", "-reduce", "-Reduce", "-REDUCE", "disable_custom_all_reduce"),
@@ -1188,143 +1121,50 @@ _HANDLERS: tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...] 
     ),
     (('HTTP/1.1" 5',), LogParser._on_http_5xx),
 )
-# Gates: every needle above holds one of these, so a line that holds none needs no handler. They are fewer
-# and more general than the needles (one `str.find` pass over a block each); test_logcheck_stream checks the
-# cover.
-_GATES = (
-    "version",
-    "LLM engine (v",
-    "KV cache",
-    "KV Cache",
-    "KV Transfer",
-    " blocks: ",
-    "Maximum concurrency",
-    "kv_cache_size=",
-    "kv_cache_dtype",
-    "kv_connector",
-    "to store kv cache",
-    "max_seq_len",
-    "max_model_len",
-    "max_num_",
-    "max model len",
-    "parallel_size",
-    "dtype=torch.",
-    "'dtype': '",
-    "quantization",
-    "Resolved architecture",
-    "SpeculativeConfig(",
-    "num_spec",
-    "gpu_memory",
-    "gpu-memory",
-    "graph memory",
-    "available memory",
-    "out of memory",
-    "GPU memory",
-    "loading took",
-    "weights took",
-    "num_gpu_blocks",
-    "backend",
-    "allreduce",
-    "all_reduce",
-    "-reduce",
-    "-Reduce",
-    "-REDUCE",
-    "Binding ",
-    "affinity is already",
-    "permission to set NUMA",
-    "numactl --show",
-    "startup complete",
-    "Starting vLLM",
-    "Uvicorn running",
-    "metrics:",
-    "throughput",
-    "Prefix cache hit rate: GPU",
-    "with name:",
-    "CPU tensors",
-    "pinned tensor",
-    "cpu_bytes_to_use",
-    "To serve",
-    "larger than the max",
-    "OutOfMemory",
-    "unrecognized",
-    "failed to start",
-    "initialization failed",
-    "initialize_cache",
-    "DeadError",
-    "fatal error",
-    "died unexpectedly",
-    "loop has died",
-    "Background loop",
-    "Traceback (most recent",
-    'HTTP/1.1" 5',
-    "shutdown triggered",
-    "received signal=",
-    "Shutting down",
+# One Aho-Corasick automaton of every needle above (ahocorasick_rs, the Rust `aho-corasick` crate): one pass
+# over a block finds every occurrence of every needle, instead of one `str.find` pass per needle or gate.
+_NEEDLES = tuple(dict.fromkeys(needle for needles, _ in _HANDLERS for needle in needles))
+_NEEDLE_BITS = tuple(
+    sum(1 << bit for bit, (needles, _) in enumerate(_HANDLERS) if needle in needles) for needle in _NEEDLES
 )
-
-
-def _gate_masks() -> tuple[tuple[str, int], ...]:
-    """(gate, bit mask of the handlers that have a needle holding the gate)."""
-    masks = []
-    for gate in _GATES:
-        mask = 0
-        for bit, (needles, _) in enumerate(_HANDLERS):
-            if any(gate in needle for needle in needles):
-                mask |= 1 << bit
-        masks.append((gate, mask))
-    return tuple(masks)
-
-
-_GATE_MASKS = _gate_masks()
+_MATCHER = ahocorasick_rs.AhoCorasick(_NEEDLES, implementation=ahocorasick_rs.Implementation.DFA)
 
 
 class _MaskHandlers(dict):
-    """gate mask -> ((needles, handler), ...) of the handlers its bits name, in `_HANDLERS` order."""
+    """handler bit mask -> the handlers its bits name, in `_HANDLERS` order."""
 
-    def __missing__(self, mask: int) -> tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...]:
-        pairs = tuple(pair for bit, pair in enumerate(_HANDLERS) if mask >> bit & 1)
-        self[mask] = pairs
-        return pairs
+    def __missing__(self, mask: int) -> tuple[Callable[[LogParser, str], None], ...]:
+        handlers = tuple(handler for bit, (_, handler) in enumerate(_HANDLERS) if mask >> bit & 1)
+        self[mask] = handlers
+        return handlers
 
 
-_MASK_HANDLERS = _MaskHandlers()  # at most one entry per distinct mask the gates produce (a few dozen)
+_MASK_HANDLERS = _MaskHandlers()  # at most one entry per distinct mask a line produces (a few dozen)
+_STATS_MASK = next(1 << bit for bit, (_, handler) in enumerate(_HANDLERS) if handler is LogParser._on_stats)
 BLOCK_CHARS = 1 << 20  # characters read per block (whole lines)
-_STATS_GATE = "Avg prompt throughput"
-# A line's shape: its digits folded, except those a gate or needle holds, so two lines of one shape hold the
-# same gates and needles at the same places (a needle without those digits cannot match at a folded one).
-_NEEDLE_TEXTS = (*_GATES, *(needle for needles, _ in _HANDLERS for needle in needles))
-_KEPT_DIGITS = {c for text in _NEEDLE_TEXTS for c in text} & set("0123456789")
-_FOLD = str.maketrans({d: "#" for d in set("0123456789") - _KEPT_DIGITS})
-_SHAPES: dict[str, tuple[int, tuple[Any, ...] | None]] = {}
-_SHAPES_LIMIT = 4096  # distinct shapes kept (emptied when full: memory stays flat, at most ~2 MiB)
-_SHAPE_MAX_CHARS = 512  # longer lines (config dumps, rare) are looked at directly, not kept
-_ONLY_STATS = (LogParser._on_stats,)
 
 
-def _shape_handlers(
-    raw: str, mask: int | None = None
-) -> tuple[int, tuple[Callable[[LogParser, str], None], ...]]:
-    """(gate mask, the handlers whose needles the raw line holds), found once per line shape; `mask`: the
-    gates the block scan found in the line, when it did."""
-    shape = raw.translate(_FOLD) if len(raw) <= _SHAPE_MAX_CHARS else None
-    known = _SHAPES.get(shape) if shape is not None else None
-    if known is None:
-        if mask is None:
-            mask = 0
-            for gate, bits in _GATE_MASKS:
-                if gate in raw:
-                    mask |= bits
-        called = tuple(
-            handler
-            for bit, (needles, handler) in enumerate(_HANDLERS)
-            if mask >> bit & 1 and any(needle in raw for needle in needles)
-        )
-        known = (mask, called)
-        if shape is not None:
-            if len(_SHAPES) >= _SHAPES_LIMIT:
-                _SHAPES.clear()
-            _SHAPES[shape] = known
-    return known
+def _line_masks(block: str) -> tuple[list[int], list[int], list[int]]:
+    """(starts, ends, handler masks) of the block's lines that hold a needle, in order; a line's mask has the
+    bit of every handler one of whose needles the line holds (overlapping matches: every needle is seen)."""
+    find, rfind = block.find, block.rfind
+    starts: list[int] = []
+    ends: list[int] = []
+    masks: list[int] = []
+    line_end = -1
+    for index, start, end in _MATCHER.find_matches_as_indexes(block, overlapping=True):
+        # Matches come in the order of their ends and no needle holds a newline: a match that ends past the
+        # current line is on a later one.
+        if end > line_end:
+            line_end = find("\n", end)
+            if line_end == -1:
+                line_end = len(block)
+            starts.append(rfind("\n", 0, start) + 1)
+            ends.append(line_end)
+            masks.append(_NEEDLE_BITS[index])
+        else:
+            masks[-1] |= _NEEDLE_BITS[index]
+    return starts, ends, masks
 
 
 def parse_lines(lines: Iterable[str]) -> LogReport:
