@@ -52,7 +52,7 @@ class PlanFlags:
     spelled: dict[str, str] = field(default_factory=dict)  # dest -> "word value" as the user wrote it
 
 
-def _looks_like_option(word: str) -> bool:
+def looks_like_option(word: str) -> bool:
     """argparse's test: a word starting with `-` is an option unless it reads as a negative number."""
     if not word.startswith("-") or word == "-":
         return False
@@ -97,20 +97,20 @@ def plan_flags(words: Sequence[str], release: flagcat.Release) -> PlanFlags:
     while i < len(words):
         word = words[i]
         i += 1
-        if not _looks_like_option(word):
+        if not looks_like_option(word):
             continue
         info = _resolve(word, release)
         if info is None:
             continue
         attached = "=" in word
         if info.dest not in PLAN_DESTS:
-            if info.takes_value and not attached and i < len(words) and not _looks_like_option(words[i]):
+            if info.takes_value and not attached and i < len(words) and not looks_like_option(words[i]):
                 i += 1  # its value, which may look like anything but an option
             continue
         shown = word.split("=", 1)[0]
         if attached:
             text = word.split("=", 1)[1]
-        elif i < len(words) and not _looks_like_option(words[i]):
+        elif i < len(words) and not looks_like_option(words[i]):
             text = words[i]
             i += 1
         else:

@@ -19,6 +19,7 @@ from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.model import ModelInfo, text_config
 from vllm_fleet.render import extra_args
+from vllm_fleet.render.extra_args import looks_like_option
 from vllm_fleet.render.schema import ServeSpec
 
 # Flags the schema renders, and the variable a user changes to fix a problem with them.
@@ -93,17 +94,17 @@ def check_args(words: list[str], release: flagcat.Release, variable: str) -> tup
         info = release.lookup(name)
         if info is None:
             errors.append(f"{variable}: {word} {unknown_flag_reason(base, release)}")
-            while i < len(words) and not _looks_like_option(words[i]):
+            while i < len(words) and not looks_like_option(words[i]):
                 i += 1  # its value(s): one error per unknown flag is enough
             continue
         values: list[str] = []
         if "=" in word:
             values.append(word.split("=", 1)[1])
         elif info.takes_value or "." in name:
-            while i < len(words) and not _looks_like_option(words[i]):
+            while i < len(words) and not looks_like_option(words[i]):
                 values.append(words[i])
                 i += 1
-        elif i < len(words) and not _looks_like_option(words[i]):
+        elif i < len(words) and not looks_like_option(words[i]):
             errors.append(
                 f"{variable}: {word} takes no value in vLLM {release.version}, but {words[i]!r} follows it; "
                 "remove the value (booleans are spelled --flag / --no-flag)"
@@ -120,16 +121,6 @@ def check_args(words: list[str], release: flagcat.Release, variable: str) -> tup
         errors += e
         warnings += w
     return errors, warnings
-
-
-def _looks_like_option(word: str) -> bool:
-    if not word.startswith("-") or word == "-":
-        return False
-    try:
-        float(word)
-    except ValueError:
-        return True
-    return False
 
 
 def unknown_flag_reason(option: str, release: flagcat.Release) -> str:
