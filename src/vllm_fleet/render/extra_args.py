@@ -51,6 +51,17 @@ class PlanFlags:
     mamba_cache_mode: str | None = None
     spelled: dict[str, str] = field(default_factory=dict)  # dest -> "word value" as the user wrote it
 
+    def capacity_args(self) -> dict[str, int | str]:
+        """The keyword arguments of `plan.capacity.plan_capacity` that extra_args set (the others keep
+        plan_capacity's defaults, which are vLLM's)."""
+        given = {
+            "block_size": self.block_size,
+            "mamba_cache_mode": self.mamba_cache_mode,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "decode_context_parallel_size": self.decode_context_parallel_size,
+        }
+        return {name: value for name, value in given.items() if value is not None}
+
 
 def looks_like_option(word: str) -> bool:
     """argparse's test: a word starting with `-` is an option unless it reads as a negative number."""

@@ -564,10 +564,7 @@ def _capacity_rules(
             enable_prefix_caching=spec.enable_prefix_caching,  # unset: vLLM's default for the release
             dtype=spec.dtype,
             # the serve flags without a variable that vllm_service_extra_args may carry (extra_args.py)
-            block_size=plan_args.block_size or 16,
-            mamba_cache_mode=plan_args.mamba_cache_mode,
-            pipeline_parallel_size=plan_args.pipeline_parallel_size or 1,
-            decode_context_parallel_size=plan_args.decode_context_parallel_size or 1,
+            **plan_args.capacity_args(),
         )
     except FleetInputError as exc:
         warnings.append(f"capacity: not planned: {exc}")
