@@ -1,7 +1,7 @@
 """Every filter the plugins export is documented for ansible-doc (a sidecar `<filter>.yml` beside the plugin
 file), and the documented options are the filter's real parameters: the first one is `_input`, the others are
 named as in the signature, required exactly where the signature has no default, `positional` in the
-signature's order. ansible-doc itself reads every sidecar (one call for all), so a doc it cannot load fails."""
+signature's order. ansible-doc itself reads every sidecar (one call for all): a doc it cannot load fails."""
 
 from __future__ import annotations
 
