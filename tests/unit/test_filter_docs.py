@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-# every folder that holds filter plugins the roles load
+# the collection's filter plugins (roles keep none: a collection role does not load its own filter_plugins)
 FILTER_DIRS = [REPO / "plugins" / "filter", *sorted(REPO.glob("roles/*/filter_plugins"))]
 
 
@@ -83,21 +83,21 @@ def test_every_filter_documents_its_real_parameters(name: str) -> None:
     assert written == positional, f"{name}: positional should be {positional}"
 
 
-def test_ansible_doc_loads_every_filter_doc() -> None:
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_FILTER_PLUGINS": os.pathsep.join(str(d) for d in FILTER_DIRS),
-        "ANSIBLE_NOCOLOR": "1",
-    }
+def test_the_roles_keep_no_filter_plugins() -> None:
+    assert FILTER_DIRS == [REPO / "plugins" / "filter"]
+
+
+def test_ansible_doc_loads_every_filter_doc_by_fqcn() -> None:
+    # the clone's ansible.cfg: collections_path finds ansible_collections/vllm_fleet/serving (the repository)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     ansible_doc = Path(sys.executable).parent / "ansible-doc"
     out = subprocess.run(
-        [str(ansible_doc), "-t", "filter", "--json", *sorted(EXPORTED)],
+        [str(ansible_doc), "-t", "filter", "--json", *(f"vllm_fleet.serving.{n}" for n in sorted(EXPORTED))],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     docs = json.loads(out.stdout)
     for name in EXPORTED:
-        entry = docs.get(name) or docs.get(f"ansible.legacy.{name}")
+        entry = docs.get(f"vllm_fleet.serving.{name}")
         assert entry and entry["doc"]["options"]["_input"], f"ansible-doc shows no options for {name}"
         assert entry["doc"]["short_description"], name
