@@ -111,7 +111,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(ARGUMENT_SPEC)
         try:
-            target = api_target(args["plan"], address=args["address"])
+            plan = InstancePlan.from_dict(args["plan"])
+            target = api_target(plan, address=args["address"])
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_wait: {exc}") from exc
         unit, url = target.unit, f"{target.base_url}/health"
@@ -178,7 +179,7 @@ class ActionModule(ActionBase):
             previous = None
             if args["report_dir"] and not args["full"]:
                 previous = load_report(args["report_dir"], host, target.instance)
-            full = needs_full_checks(previous, InstancePlan.from_dict(args["plan"]), result["invocation_id"])
+            full = needs_full_checks(previous, plan, result["invocation_id"])
             result["full_checks"] = full
             result["verified_start"] = {} if full else dict(previous["verified_start"])
             return result

@@ -75,7 +75,9 @@ def serving_argv(plan: lab.LabPlan, host: str) -> list[str]:
     return sh(plan, host, f"tr '\\0' '\\n' < /proc/{pid}/cmdline").splitlines()
 
 
-def rollout(inventory: Path, reports: Path, *extra: str, timeout: float = 1500) -> tuple[int, dict]:
+def rollout(
+    inventory: Path, reports: Path, *extra: str, serial: str = "1", timeout: float = 1500
+) -> tuple[int, dict]:
     result = run(
         [
             CLI,
@@ -86,7 +88,7 @@ def rollout(inventory: Path, reports: Path, *extra: str, timeout: float = 1500) 
             str(reports),
             "--json",
             "--serial",
-            "1",
+            serial,
             *extra,
         ],
         timeout=timeout,
@@ -151,10 +153,13 @@ def test_invalid_host_refuses_the_rollout_before_any_change(fleet):
 def test_good_rollout_across_three_hosts(fleet):
     plan = fleet["plan"]
     before = main_pids(plan)
-    rc, summary = rollout(fleet["inventory"], fleet["reports"], "-e", "vllm_service_max_num_seqs=8")
+    # the canary alone, then the other two in one batch (restarted side by side, each verified)
+    rc, summary = rollout(
+        fleet["inventory"], fleet["reports"], "-e", "vllm_service_max_num_seqs=8", serial="100%"
+    )
     assert rc == 0 and summary["result"] == "ok", summary
     hosts = by_host(summary)
-    assert [hosts[h]["batch"] for h in HOSTS] == [1, 2, 3]
+    assert [hosts[h]["batch"] for h in HOSTS] == [1, 2, 2]
     assert hosts[HOSTS[0]]["canary"] and not hosts[HOSTS[1]]["canary"]
     for name in HOSTS:
         record = hosts[name]
@@ -178,7 +183,9 @@ def test_idempotent_rerun_changes_and_restarts_nothing(fleet):
     plan = fleet["plan"]
     before = main_pids(plan)
     history = {h: sh(plan, h, "ls /var/lib/vllm-fleet/history") for h in HOSTS}
-    rc, summary = rollout(fleet["inventory"], fleet["reports"], "-e", "vllm_service_max_num_seqs=8")
+    rc, summary = rollout(
+        fleet["inventory"], fleet["reports"], "-e", "vllm_service_max_num_seqs=8", serial="100%"
+    )
     assert rc == 0 and summary["result"] == "unchanged", summary
     assert [h["status"] for h in summary["hosts"]] == ["unchanged"] * 3
     changed = {h: summary["ansible"]["changed"].get(h, {}).get("changed", 0) for h in HOSTS}
@@ -256,6 +263,8 @@ def test_host_unreachable_mid_rollout_counts_as_failed_and_stops(fleet):
     # bounded: the canary's own turn plus the connection timeout, not an SSH hang
     assert elapsed < 600, elapsed
     # once the link is back, the same rollout resumes: the canary is unchanged, the others move on
-    rc, summary = rollout(fleet["inventory"], fleet["reports"], "-e", "vllm_service_max_num_seqs=16")
+    rc, summary = rollout(
+        fleet["inventory"], fleet["reports"], "-e", "vllm_service_max_num_seqs=16", serial="100%"
+    )
     assert rc == 0, summary
     assert [h["status"] for h in summary["hosts"]] == ["unchanged", "ok", "ok"]

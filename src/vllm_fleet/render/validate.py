@@ -18,6 +18,7 @@ from typing import Any
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.model import ModelInfo, text_config
+from vllm_fleet.render import extra_args
 from vllm_fleet.render.schema import ServeSpec
 
 # Flags the schema renders, and the variable a user changes to fix a problem with them.
@@ -409,7 +410,13 @@ def validate_instance(
             "and verify reads the size vLLM logs at startup ('CPU KV cache size: N tokens')"
         )
     else:
-        _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations)
+        try:
+            plan_args = extra_args.plan_flags(spec.extra_args, release)
+        except FleetInputError as exc:
+            errors.append(str(exc))
+        else:
+            errors += extra_args.parallel_errors(plan_args, name, tp)
+            _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations, plan_args)
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is not None:
         warnings.append(
             f"layout instance {name}: a CPU instance sizes its KV cache with VLLM_CPU_KVCACHE_SPACE, not "
@@ -527,6 +534,7 @@ def _capacity_rules(
     errors: list[str],
     warnings: list[str],
     expectations: dict[str, Any],
+    plan_args: extra_args.PlanFlags,
 ) -> None:
     if not model_config:
         warnings.append(
@@ -540,6 +548,13 @@ def _capacity_rules(
             "capacity: not planned because vllm_service_max_model_len or "
             "vllm_service_kv_cache_memory_bytes is "
             "unset (with only gpu_memory_utilization the KV size is known only after vLLM profiles the GPU)"
+        )
+        return
+    if plan_args.num_gpu_blocks_override is not None:
+        warnings.append(
+            f"capacity: not planned because vllm_service_extra_args sets "
+            f"{plan_args.spelled['num_gpu_blocks_override']}: vLLM allocates that many blocks whatever "
+            "vllm_service_kv_cache_memory_bytes says (remove it to have the KV cache planned and verified)"
         )
         return
     from vllm_fleet.plan.capacity import plan_capacity
@@ -557,6 +572,11 @@ def _capacity_rules(
             num_speculative_tokens=spec.num_speculative_tokens,
             enable_prefix_caching=spec.enable_prefix_caching,  # unset: vLLM's default for the release
             dtype=spec.dtype,
+            # the serve flags without a variable that vllm_service_extra_args may carry (extra_args.py)
+            block_size=plan_args.block_size or 16,
+            mamba_cache_mode=plan_args.mamba_cache_mode,
+            pipeline_parallel_size=plan_args.pipeline_parallel_size or 1,
+            decode_context_parallel_size=plan_args.decode_context_parallel_size or 1,
         )
     except FleetInputError as exc:
         warnings.append(f"capacity: not planned: {exc}")
