@@ -42,8 +42,8 @@ def _filters(path: str, name: str) -> Any:
     return module
 
 
-TUNING = _filters("roles/host_tuning/filter_plugins/host_tuning_plan.py", "host_tuning_plan_matrix")
-SERVICE = _filters("roles/vllm_service/filter_plugins/vllm_service.py", "vllm_service_matrix")
+TUNING = _filters("plugins/filter/host_tuning_plan.py", "host_tuning_plan_matrix")
+SERVICE = _filters("plugins/filter/vllm_service.py", "vllm_service_matrix")
 
 
 def serve(**variables: Any) -> Callable[[], Any]:

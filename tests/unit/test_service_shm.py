@@ -23,7 +23,7 @@ H200X2 = ROOT / "tests" / "fixtures" / "topology" / "recorded" / "h200x2"
 
 
 def _filter():
-    path = ROOT / "roles" / "vllm_service" / "filter_plugins" / "vllm_service.py"
+    path = ROOT / "plugins" / "filter" / "vllm_service.py"
     spec = importlib.util.spec_from_file_location("vllm_service_filters", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -73,7 +73,7 @@ def test_the_filter_reads_findmnt_and_the_plan() -> None:
 def test_a_unit_file_rewritten_on_the_host_restarts_its_instance() -> None:
     """A unit whose recorded digest matches but whose file had to be rewritten (hand-edited, another tool's)
     does not run the plan: it joins the restart list, once."""
-    path = ROOT / "roles" / "vllm_service" / "filter_plugins" / "vllm_service.py"
+    path = ROOT / "plugins" / "filter" / "vllm_service.py"
     spec = importlib.util.spec_from_file_location("vllm_service_filters_drift", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

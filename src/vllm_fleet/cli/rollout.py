@@ -6,7 +6,7 @@
 
 Everything after `--` goes to ansible-playbook as written (ansible-runner's `cmdline`). The user's Ansible
 configuration is kept: $ANSIBLE_CONFIG or ./ansible.cfg when there is one (the checkout's own ansible.cfg
-otherwise); only the paths to this project's roles and plugins are added, through their ANSIBLE_* variables.
+otherwise); only the path to this project's collection is added, through ANSIBLE_COLLECTIONS_PATH.
 ansible-runner's private data and artifacts stay in the run folder (<run folder>/ansible-runner).
 
 It prints a line per rollout step and failure while the playbook runs, then the per-host summary (old → new
@@ -33,6 +33,8 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.rollout import decisions as rollout
 
 PLAYBOOK = Path("playbooks") / "rollout.yml"
+# ansible-core's own default for collections_path, kept behind the project's when we set the variable
+DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collections"
 
 
 def default_project_dir() -> Path:
@@ -78,8 +80,8 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
 
 def ansible_env(project: Path, environ: Mapping[str, str], cwd: Path, bin_dir: str) -> dict[str, str]:
     """The environment of the playbook: the user's Ansible configuration kept ($ANSIBLE_CONFIG, else
-    ./ansible.cfg), the checkout's ansible.cfg only when the user has none; the project's roles and plugins
-    are found through the ANSIBLE_* path variables either way (they override only those settings)."""
+    ./ansible.cfg), the checkout's ansible.cfg only when the user has none; the project's collection is found
+    through ANSIBLE_COLLECTIONS_PATH either way (it overrides only that setting)."""
     env = {"PATH": f"{bin_dir}{os.pathsep}{environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1"}
     if environ.get("ANSIBLE_CONFIG"):
         env["ANSIBLE_CONFIG"] = environ["ANSIBLE_CONFIG"]
@@ -88,16 +90,10 @@ def ansible_env(project: Path, environ: Mapping[str, str], cwd: Path, bin_dir: s
     else:
         env["ANSIBLE_CONFIG"] = str(project / "ansible.cfg")
         return env
-    # the user's ansible.cfg does not know where this project's content is
-    for variable, folder in (
-        ("ANSIBLE_ROLES_PATH", "roles"),
-        ("ANSIBLE_ACTION_PLUGINS", "plugins/action"),
-        ("ANSIBLE_FILTER_PLUGINS", "plugins/filter"),
-        ("ANSIBLE_LIBRARY", "plugins/modules"),
-        ("ANSIBLE_CALLBACK_PLUGINS", "plugins/callback"),
-    ):
-        own = environ.get(variable, "")
-        env[variable] = os.pathsep.join(p for p in (str(project / folder), own) if p)
+    # the user's ansible.cfg does not know where this project's collection (vllm_fleet.serving) is: the clone
+    # holds it as ansible_collections/vllm_fleet/serving; the usual default paths stay behind it
+    own = environ.get("ANSIBLE_COLLECTIONS_PATH", "") or DEFAULT_COLLECTIONS_PATH
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(p for p in (str(project), own) if p)
     return env
 
 

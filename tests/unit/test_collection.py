@@ -1,0 +1,131 @@
+"""The repository is the collection vllm_fleet.serving: its metadata agrees with pyproject.toml, the clone
+finds it through ansible_collections/vllm_fleet/serving, the project calls its own content by FQCN, and the
+Galaxy artifact builds, installs into a folder outside the clone and shows every module, filter, callback and
+role there with ansible-doc (real ansible-galaxy and ansible-doc; about 10 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.specifiers import SpecifierSet
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+GALAXY = yaml.safe_load((REPO / "galaxy.yml").read_text())
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+FQCN = "vllm_fleet.serving"
+ROLES = sorted(p.parent.parent.name for p in REPO.glob("roles/*/meta/main.yml"))
+MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
+ACTIONS = sorted(p.stem for p in (REPO / "plugins" / "action").glob("*.py"))
+CALLBACKS = sorted(p.stem for p in (REPO / "plugins" / "callback").glob("*.py"))
+FILTERS = sorted(p.stem for p in (REPO / "plugins" / "filter").glob("*.yml"))
+# every YAML file Ansible runs: playbooks, role tasks/handlers/defaults/vars, molecule scenarios
+CONTENT = sorted(
+    [
+        REPO / "site.yml",
+        *REPO.glob("playbooks/*.yml"),
+        *REPO.glob("roles/*/*/*.yml"),
+        *REPO.glob("molecule/*/*.yml"),
+    ]
+)
+
+
+def test_metadata_agrees_with_pyproject() -> None:
+    assert (GALAXY["namespace"], GALAXY["name"]) == ("vllm_fleet", "serving")
+    assert GALAXY["version"] == PYPROJECT["project"]["version"]
+    runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())
+    core = next(d for d in PYPROJECT["project"]["dependencies"] if d.startswith("ansible-core"))
+    assert SpecifierSet(runtime["requires_ansible"]) == SpecifierSet(core.removeprefix("ansible-core"))
+
+
+def test_the_clone_holds_itself_as_the_collection() -> None:
+    link = REPO / "ansible_collections" / "vllm_fleet" / "serving"
+    assert link.is_symlink() and os.readlink(link) == "../.."
+    assert link.resolve() == REPO
+
+
+def test_every_action_has_its_documentation_module() -> None:
+    assert ACTIONS and set(ACTIONS) <= set(MODULES)
+
+
+def test_the_project_calls_its_own_content_by_fqcn() -> None:
+    short = []
+    plugin = re.compile(rf"^\s*-?\s*({'|'.join(MODULES)}):", re.MULTILINE)
+    filt = re.compile(rf"\|\s*({'|'.join(FILTERS)})\b")
+    role = re.compile(rf"^\s*-?\s*(?:role|name):\s*['\"]?({'|'.join(ROLES)})['\"]?\s*$", re.MULTILINE)
+    for path in CONTENT:
+        text = path.read_text()
+        for pattern in (plugin, filt, role):
+            short += [f"{path.relative_to(REPO)}: {m.group(1)}" for m in pattern.finditer(text)]
+    assert not short, "call these by vllm_fleet.serving.<name>: " + ", ".join(short)
+    assert len(FILTERS) >= 39 and len(ROLES) == 9
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    work = tmp_path_factory.mktemp("collection")
+    config = work / "ansible.cfg"
+    config.write_text("[defaults]\n")  # not the clone's: only the installed copy may be found
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1"}
+    build = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work), str(REPO)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    artifact = work / f"vllm_fleet-serving-{GALAXY['version']}.tar.gz"
+    install = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(work / "cols"), str(artifact)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    return {"work": work, "artifact": artifact, "cols": work / "cols", "config": config}
+
+
+def test_the_artifact_holds_the_content_and_nothing_of_the_clone(installed: dict[str, Path]) -> None:
+    with tarfile.open(installed["artifact"]) as tar:
+        names = tar.getnames()
+    tops = {n.split("/")[0] for n in names}
+    assert {"roles", "plugins", "playbooks", "meta", "MANIFEST.json", "README.md", "LICENSE"} <= tops
+    assert not tops & {"tests", "src", ".venv", "ansible_collections", "reports", "ansible.cfg", "inventory"}
+    assert not [n for n in names if "__pycache__" in n]
+
+
+def _doc_list(installed: dict[str, Path], kind: str) -> dict:
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(installed["config"]),
+        "ANSIBLE_COLLECTIONS_PATH": str(installed["cols"]),
+        # only the installed artifact answers (not a copy on sys.path, nor the clone)
+        "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    out = subprocess.run(
+        [str(BIN / "ansible-doc"), "-t", kind, "-l", FQCN, "--json"],
+        cwd=installed["work"], env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize(
+    ("kind", "names"),
+    [("module", MODULES), ("filter", FILTERS), ("callback", CALLBACKS), ("role", ROLES)],
+    ids=["module", "filter", "callback", "role"],
+)
+def test_ansible_doc_shows_everything_by_fqcn_from_the_installed_artifact(
+    installed: dict[str, Path], kind: str, names: list[str]
+) -> None:
+    listed = _doc_list(installed, kind)
+    assert sorted(listed) == sorted(f"{FQCN}.{n}" for n in names)
+    if kind != "role":  # a role's entry is its specs; every other plugin's is its short description
+        undocumented = [n for n, d in listed.items() if not d or d == "UNDOCUMENTED"]
+        assert not undocumented, undocumented
