@@ -2,8 +2,8 @@
 finds it through ansible_collections/vllm_fleet/serving, the project calls its own content by FQCN, and the
 Galaxy artifact builds, installs into a folder outside the clone and shows every module, filter, callback and
 role there with ansible-doc; the wheel ships the same files as ansible_collections/vllm_fleet/serving, and a
-fresh venv holding only the wheel resolves modules, the site playbook and rollout's playbook from site-packages
-(real ansible-galaxy, pip wheel, uv, ansible-doc, ansible-playbook; about 13 s)."""
+fresh venv holding only the wheel resolves modules, the site playbook and rollout's playbook in site-packages
+(real ansible-galaxy, pip wheel, uv, ansible-doc and ansible-playbook; about 13 s)."""
 
 from __future__ import annotations
 
