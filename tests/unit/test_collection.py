@@ -1,7 +1,9 @@
 """The repository is the collection vllm_fleet.serving: its metadata agrees with pyproject.toml, the clone
 finds it through ansible_collections/vllm_fleet/serving, the project calls its own content by FQCN, and the
 Galaxy artifact builds, installs into a folder outside the clone and shows every module, filter, callback and
-role there with ansible-doc (real ansible-galaxy and ansible-doc; about 10 s)."""
+role there with ansible-doc; the wheel ships the same files as ansible_collections/vllm_fleet/serving, and a
+fresh venv holding only the wheel resolves modules, the site playbook and rollout's playbook in site-packages
+(real ansible-galaxy, pip wheel, uv, ansible-doc and ansible-playbook; about 13 s)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,64 @@ def test_ansible_doc_shows_everything_by_fqcn_from_the_installed_artifact(
     if kind != "role":  # a role's entry is its specs; every other plugin's is its short description
         undocumented = [n for n, d in listed.items() if not d or d == "UNDOCUMENTED"]
         assert not undocumented, undocumented
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The wheel `pip wheel` builds from the clone, in a fresh venv (uv: seconds, from its cache)."""
+    work = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [str(BIN / "pip"), "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(REPO)],
+        cwd=work, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = (work / "dist").glob("vllm_fleet-*.whl")
+    venv = work / "venv"
+    for cmd in (
+        [str(BIN / "uv"), "venv", "-q", "-p", sys.executable, str(venv)],
+        [str(BIN / "uv"), "pip", "install", "-q", "-p", str(venv / "bin" / "python"), str(wheel)],
+    ):
+        done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    return {"work": work, "wheel": wheel, "venv": venv}
+
+
+def test_the_wheel_ships_the_files_of_the_galaxy_artifact(
+    installed: dict[str, Path], wheel_venv: dict[str, Path]
+) -> None:
+    prefix = "ansible_collections/vllm_fleet/serving/"
+    with zipfile.ZipFile(wheel_venv["wheel"]) as whl:
+        shipped = {n.removeprefix(prefix) for n in whl.namelist() if n.startswith(prefix)}
+    with tarfile.open(installed["artifact"]) as tar:
+        packed = {m.name for m in tar.getmembers() if m.isfile()} - {"MANIFEST.json", "FILES.json"}
+    assert "playbooks/site.yml" in shipped and "plugins/modules/vllm_fleet_plan.py" in shipped
+    # Galaxy turns galaxy.yml into MANIFEST.json; the wheel keeps galaxy.yml (the version ansible-core reads)
+    assert shipped - {"galaxy.yml"} == packed
+
+
+def test_a_venv_with_only_the_wheel_resolves_the_collection(wheel_venv: dict[str, Path]) -> None:
+    work, bindir = wheel_venv["work"], wheel_venv["venv"] / "bin"
+    config = work / "ansible.cfg"
+    config.write_text("[defaults]\n")  # no collections_path: only sys.path (site-packages) can hold it
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(work), "ANSIBLE_CONFIG": str(config),
+           "ANSIBLE_COLLECTIONS_PATH": str(work / "none"), "ANSIBLE_NOCOLOR": "1"}
+    doc = subprocess.run(
+        [str(bindir / "ansible-doc"), "--json", f"{FQCN}.vllm_fleet_plan"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert doc.returncode == 0, doc.stderr[-3000:]
+    found = json.loads(doc.stdout)[f"{FQCN}.vllm_fleet_plan"]["doc"]["filename"]
+    assert "/site-packages/ansible_collections/vllm_fleet/serving/" in found
+    listed = subprocess.run(
+        [str(bindir / "ansible-playbook"), "--list-tasks", "-i", "localhost,", f"{FQCN}.site"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    assert "Verify" in listed.stdout and "Preflight" in listed.stdout
+    # `vllm-fleet rollout` from this venv plays the installed collection's rollout.yml
+    code = "from vllm_fleet.cli.rollout import default_project_dir as d; print(d())"
+    project = subprocess.run(
+        [str(bindir / "python"), "-c", code], cwd=work, env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert project.endswith("/site-packages/ansible_collections/vllm_fleet/serving")
+    assert (Path(project) / "playbooks" / "rollout.yml").is_file()

@@ -37,9 +37,22 @@ PLAYBOOK = Path("playbooks") / "rollout.yml"
 DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collections"
 
 
-def default_project_dir() -> Path:
-    """The checkout holding playbooks/ and roles/ (this package lives in <project>/src/vllm_fleet)."""
-    return Path(__file__).resolve().parents[3]
+def default_project_dir(here: Path | None = None) -> Path:
+    """Where playbooks/rollout.yml is: the checkout this package runs from (<project>/src/vllm_fleet), else
+    the collection the wheel installed beside it (<site-packages>/ansible_collections/vllm_fleet/serving,
+    see setup.py)."""
+    here = (here or Path(__file__)).resolve()
+    clone = here.parents[3]
+    if (clone / PLAYBOOK).is_file():
+        return clone
+    return here.parents[2] / "ansible_collections" / "vllm_fleet" / "serving"
+
+
+def default_report_dir(project: Path, cwd: Path) -> Path:
+    """A checkout keeps its run folders in it; an installed collection is no place to write (site-packages):
+    there they go under the working directory."""
+    base = project if (project / "pyproject.toml").is_file() else cwd
+    return base / ".vllm-fleet" / "rollouts"
 
 
 def parse_extra_vars(items: list[str]) -> dict[str, Any]:
@@ -190,7 +203,9 @@ def _handle(args: argparse.Namespace) -> int:
         if not os.path.exists(inv):
             raise FleetInputError(f"-i {inv!r} does not exist; give an inventory file or folder")
     run_id = args.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    report_dir = Path(args.report_dir).resolve() if args.report_dir else project / ".vllm-fleet" / "rollouts"
+    report_dir = (
+        Path(args.report_dir).resolve() if args.report_dir else default_report_dir(project, Path.cwd())
+    )
     extravars = build_extravars(args, run_id, report_dir)
     run_dir = report_dir / run_id
 
