@@ -121,10 +121,7 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory):
     )
     assert up.returncode == 0, up.stderr
     plan = lab.plan_lab(NAME, HOSTS, root)
-    # the mirror: plain HTTP on the lab bridge's gateway, inside the lab's control namespace. HTTP/1.1, as a
-    # Debian mirror speaks: http.server's default HTTP/1.0 closes the connection after each file while apt's
-    # http method waits on the pipelined requests it sent down it, so each .deb cost seconds of stall (the
-    # first install's 57 files took about 5 minutes to download from the local disk).
+    # the mirror: plain HTTP on the lab bridge's gateway, inside the lab's control namespace
     server = subprocess.Popen(
         [
             "ip",
@@ -137,8 +134,6 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory):
             str(PORT),
             "--bind",
             plan.gateway,
-            "--protocol",
-            "HTTP/1.1",
             "--directory",
             str(repo.path),
         ],
