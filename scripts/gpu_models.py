@@ -2,11 +2,16 @@
 """Build random-weight models with real KV geometries on a GPU host that has torch and transformers (no hub).
 
     python3 scripts/gpu_models.py OUT_DIR [seed-dense] [next-hybrid]
+    python3 scripts/gpu_models.py OUT_DIR --dummy NAME=CONFIG.json [NAME=CONFIG.json ...]
 
 - seed-dense: the seed's KV geometry, Qwen3 with 64 layers x 8 KV heads x 128 (131,072 B of fp8 KV per token),
   a narrow hidden size so the weights are small (about 0.2 GB).
 - next-hybrid: Qwen3-Next-shaped, 48 layers with every 4th full attention (2 KV heads x 256) and Gated
   DeltaNet linear attention (16 key / 32 value heads of 128) in the others, a small MoE.
+
+- --dummy: a released model's config.json as it is, beside the tokenizer, and no weights: for
+  `vllm serve --load-format dummy`, which fills every weight at random on the GPU (models of tens of GB in
+  seconds, with no file to copy). vLLM sizes the KV cache from the config alone.
 
 The tokenizer is the lab's tinymodel one (`vllm_fleet.lab.tinymodel`) plus the marker tokens the seed's
 parsers look up by name: `<think>`/`</think>` (vLLM's qwen3 reasoning parser raises "could not locate think
@@ -133,7 +138,24 @@ def build(out: Path, names: list[str]) -> None:
             torch.cuda.empty_cache()
 
 
+def dummy(out: Path, pairs: list[str]) -> None:
+    """OUT/NAME/config.json (the released file, byte for byte) and the tokenizer, for --load-format dummy."""
+    files, _ = tokenizer_files()
+    for pair in pairs:
+        name, _, config = pair.partition("=")
+        dest = out / name
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "config.json").write_bytes(Path(config).read_bytes())
+        for fname, data in files.items():
+            if fname != "generation_config.json":  # the released config names its own token ids
+                (dest / fname).write_bytes(data)
+        print(name, "config", config, "->", dest, flush=True)
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[1] == "--dummy":
+        dummy(Path(argv[0]), argv[2:])
+        return 0
     if not argv:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
