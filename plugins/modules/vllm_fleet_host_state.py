@@ -1,0 +1,172 @@
+#!/usr/bin/python
+"""One read of what a role manages on the host: the stat and sha256 of its files, the contents of its small
+state files, the state of its systemd units. A converged re-run then compares on the controller and writes
+nothing (issue 21): one round trip per role instead of one (or two) per file and unit."""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import os
+import pwd
+import stat
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+---
+module: vllm_fleet_host_state
+short_description: Stat and sha256 of files, small file contents and systemd unit states, in one call
+description:
+  - Reads, in one module call (one round trip), what a role manages on the host, so that the role compares it
+    on the controller with what the plan renders (P(vllm_fleet.serving.vllm_fleet_drifted#filter)) and writes
+    only what differs. A converged host then costs one call per role.
+  - For every path of O(paths), C(lstat) and, for a regular file, its sha256; for every path of O(read), its
+    text (a digest or marker file, at most 64 KiB); for the units of O(units), one
+    C(systemctl show) with C(ActiveState), C(UnitFileState), C(NeedDaemonReload) and C(LoadState).
+  - Changes nothing on the host.
+version_added: "0.1.0"
+options:
+  paths:
+    description: Files and directories whose stat (and sha256 for a regular file) is returned.
+    type: list
+    elements: path
+    default: []
+  read:
+    description: Small files whose text is returned (a missing file is left out of RV(contents)).
+    type: list
+    elements: path
+    default: []
+  units:
+    description: systemd units whose state is returned (one C(systemctl show) for all).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - vllm-fleet
+"""
+
+EXAMPLES = r"""
+- name: Read what the role manages, in one call
+  vllm_fleet.serving.vllm_fleet_host_state:
+    paths: [/etc/sysctl.d/90-vllm-fleet.conf, /etc/vllm-fleet]
+    read: [/var/lib/vllm-fleet/state/a]
+    units: [vllm-fleet-a.service]
+  register: state
+"""
+
+RETURN = r"""
+files:
+  description: Path -> stat. C(exists) false for a missing path; otherwise C(type) (C(file), C(directory),
+    C(link), C(other)), C(mode) (4 octal digits, as a string), C(owner), C(group) and, for a file, C(sha256).
+  type: dict
+  returned: always
+contents:
+  description: Path -> text of each O(read) file that exists.
+  type: dict
+  returned: always
+units:
+  description: Unit -> C(ActiveState), C(UnitFileState), C(NeedDaemonReload), C(LoadState) as systemctl says.
+  type: dict
+  returned: always
+"""
+
+PROPERTIES = ("ActiveState", "UnitFileState", "NeedDaemonReload", "LoadState")
+READ_LIMIT = 64 * 1024
+
+
+def _name(lookup, ident: int) -> str:
+    try:
+        return lookup(ident)[0]
+    except KeyError:  # a numeric owner without a passwd/group entry
+        return str(ident)
+
+
+def file_state(path: str) -> dict:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"exists": False}
+    kind = (
+        "link"
+        if stat.S_ISLNK(st.st_mode)
+        else "directory"
+        if stat.S_ISDIR(st.st_mode)
+        else "file"
+        if stat.S_ISREG(st.st_mode)
+        else "other"
+    )
+    out = {
+        "exists": True,
+        "type": kind,
+        "mode": f"{stat.S_IMODE(st.st_mode):04o}",
+        "owner": _name(pwd.getpwuid, st.st_uid),
+        "group": _name(grp.getgrgid, st.st_gid),
+    }
+    if kind == "file":
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        out["sha256"] = digest.hexdigest()
+    return out
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(READ_LIMIT).decode("utf-8", "replace")
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return None
+
+
+def parse_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
+    """`systemctl show -p A,B u1 u2` prints one block of KEY=value lines per unit, blank-line separated,
+    in the order asked."""
+    blocks = [b for b in text.strip("\n").split("\n\n")] if text.strip() else []
+    out = {}
+    for unit, block in zip(units, blocks, strict=False):  # a count mismatch is checked by the caller
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        out[unit] = {p: props.get(p, "") for p in PROPERTIES}
+    return out
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "paths": {"type": "list", "elements": "path", "default": []},
+            "read": {"type": "list", "elements": "path", "default": []},
+            "units": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    files = {path: file_state(path) for path in params["paths"]}
+    contents = {path: text for path in params["read"] if (text := read_text(path)) is not None}
+    units: dict[str, dict[str, str]] = {}
+    if params["units"]:
+        proc = subprocess.run(
+            ["systemctl", "show", f"--property={','.join(PROPERTIES)}", "--", *params["units"]],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            module.fail_json(msg=f"vllm_fleet_host_state: systemctl show failed: {proc.stderr.strip()}")
+        units = parse_show(proc.stdout, params["units"])
+        if len(units) != len(params["units"]):
+            module.fail_json(
+                msg=f"vllm_fleet_host_state: systemctl show gave {len(units)} blocks for "
+                f"{len(params['units'])} units: {proc.stdout!r}"
+            )
+    module.exit_json(changed=False, files=files, contents=contents, units=units)
+
+
+if __name__ == "__main__":
+    main()
