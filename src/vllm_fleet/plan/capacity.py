@@ -206,8 +206,19 @@ def _mamba2_state(info: ModelInfo, source: str) -> MambaState:
         n_groups=pick("mamba_n_groups", "n_groups", default=1),
         conv_kernel=pick("mamba_d_conv", "conv_kernel", default=4),
         intermediate_size=heads * head_dim,
-        ssm_dtype=cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None,
+        ssm_dtype=_mamba2_ssm_dtype(info),
     )
+
+
+def _mamba2_ssm_dtype(info: ModelInfo) -> str | None:
+    """The SSM state's dtype: Nemotron-H keeps it in the config's `mamba_ssm_cache_dtype`, float32 when the
+    config names none (`NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype`, vLLM 0.26); other models
+    in the model dtype unless the config says otherwise."""
+    cfg = info.raw
+    if info.model_type == "nemotron_h":
+        named = cfg.get("mamba_ssm_cache_dtype")
+        return named if isinstance(named, str) and named != "auto" else "float32"
+    return cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None
 
 
 def _mamba1_state(info: ModelInfo, source: str) -> MambaState:
@@ -238,7 +249,8 @@ def _kda_state(info: ModelInfo, source: str) -> LinearAttentionState:
         key_head_dim=dim,
         value_head_dim=dim,
         conv_kernel=_int(attn, ("short_conv_kernel_size",), source + " linear_attn_config", default=4),
-        ssm_dtype=None,
+        # the recurrent state is always float32 (`MambaStateDtypeCalculator.kda_state_dtype`, vLLM 0.26)
+        ssm_dtype="float32",
     )
 
 

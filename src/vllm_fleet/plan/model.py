@@ -105,6 +105,11 @@ def _layer_kinds(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[tup
             "layer kinds from hybrid_override_pattern (M mamba, * attention; MLP layers hold no cache)"
         )
         return tuple(k for k in (_NEMOTRON_H[c] for c in pattern) if k), notes
+    if cfg.get("model_type") == "falcon_h1":
+        # A parallel hybrid: every decoder layer holds an attention AND a Mamba-2 mixer, each with its own
+        # cache (vLLM 0.26 falcon_h1.py: FalconH1ParallelHybrid), so the cache has 2 x num_layers layers.
+        notes.append("Falcon-H1: every layer has attention and Mamba-2 side by side")
+        return ("full",) * num_layers + ("mamba",) * num_layers, notes
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
     if isinstance(period, int) and isinstance(offset, int) and period > 0:
         notes.append(f"Jamba: attention every {period} layers from layer {offset}, Mamba elsewhere")
