@@ -72,7 +72,10 @@ def test_exact_and_approximate_verdicts() -> None:
         tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=32768, kv_bytes_per_gpu=20 * GIB
     )
     assert plan_capacity(config("llama-3.1-8b"), **common).exact
-    oss = plan_capacity(config("gpt-oss-120b"), max_num_batched_tokens=8192, **common)
+    # gpt-oss (sliding window, sinks): reproduced on vLLM 0.26.0's real logs (test_capacity_families.py),
+    # approximate for the releases before it
+    assert plan_capacity(config("gpt-oss-120b"), max_num_batched_tokens=8192, **common).exact
+    oss = plan_capacity(config("gpt-oss-120b"), max_num_batched_tokens=8192, vllm_version="0.11.0", **common)
     assert not oss.exact and any("sliding-window" in r for r in oss.approximate_because)
     assert any("attention sinks" in r for r in oss.approximate_because)
     old_pp = plan_capacity(config("llama-3.1-8b"), pipeline_parallel_size=2, vllm_version="0.15.2", **common)
@@ -84,18 +87,18 @@ def test_exact_and_approximate_verdicts() -> None:
 
 # Granite-4.0-H's shape (layer_types mamba/attention), small: 3 Mamba-2 layers and one attention layer.
 GRANITE_H_SHAPED: dict[str, Any] = {
-        "model_type": "granitemoehybrid",
-        "num_hidden_layers": 4,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "hidden_size": 4096,
-        "layer_types": ["mamba", "mamba", "mamba", "attention"],
-        "mamba_n_heads": 128,
-        "mamba_d_head": 64,
-        "mamba_d_state": 128,
-        "mamba_n_groups": 1,
-        "mamba_d_conv": 4,
-        "torch_dtype": "bfloat16",
+    "model_type": "granitemoehybrid",
+    "num_hidden_layers": 4,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_size": 4096,
+    "layer_types": ["mamba", "mamba", "mamba", "attention"],
+    "mamba_n_heads": 128,
+    "mamba_d_head": 64,
+    "mamba_d_state": 128,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -109,14 +112,23 @@ def test_mamba2_hybrid_is_sized_and_approximate() -> None:
     conv = (128 * 64 + 2 * 1 * 128) * 3 * 2
     ssm = 128 * 64 * 128 * 2
     assert plan.linear_state_bytes_per_request_per_gpu == 3 * (conv + ssm) * 2  # align mode: 2 blocks
-    assert not plan.exact and any("mamba layers" in r for r in plan.approximate_because)
+    assert plan.exact  # Mamba-2 reproduced on vLLM 0.26.0's real logs (test_capacity_families.py)
+    older = plan_capacity(
+        cfg,
+        tensor_parallel_size=1,
+        kv_cache_dtype="auto",
+        max_model_len=8192,
+        kv_bytes_per_gpu=GIB,
+        vllm_version="0.20.0",
+    )
+    assert not older.exact and any("mamba layers" in r for r in older.approximate_because)
 
 
 def test_mamba2_hybrid_asked_for_prefix_caching_on_0_26_is_planned_in_all_mode() -> None:
     """vLLM 0.26 gives a SupportsMambaPrefixCaching model asked for prefix caching mamba_cache_mode "all": the
     attention block is a multiple of lcm(chunk_size, 16) holding a state, and every block of a request keeps
-    one state per Mamba group (MambaSpec.max_memory_usage_bytes). Read in the source, no real log:
-    approximate.
+    one state per Mamba group (MambaSpec.max_memory_usage_bytes). Read in the source and reproduced on a
+    real 0.26.0 log (Nemotron-3-Nano with prefix caching, test_capacity_families.py): exact there.
     """
     cfg = {**GRANITE_H_SHAPED, "architectures": ["GraniteMoeHybridForCausalLM"], "mamba_chunk_size": 256}
     kwargs: dict[str, Any] = {
@@ -131,7 +143,7 @@ def test_mamba2_hybrid_asked_for_prefix_caching_on_0_26_is_planned_in_all_mode()
     tokens_per_state = math.ceil(state / per_token)  # 525
     assert plan.block_size == 256 * math.ceil(tokens_per_state / 256) == 768
     assert plan.blocks_per_request == 11 + 3 * 11  # 8,192 / 768 -> 11 blocks: attention and each Mamba group
-    assert not plan.exact and any('"all"' in reason for reason in plan.approximate_because)
+    assert plan.exact
     # the same model on 0.28, or not asked on 0.26: "align" (2 states) / "none" (1 state), blocks of 528
     align = plan_capacity(cfg, vllm_version="0.28.0", **kwargs)
     none = plan_capacity(cfg, vllm_version="0.26.0", **kwargs)

@@ -483,22 +483,46 @@ _EXACT_KINDS = frozenset({"full", "linear"})
 # The release whose pipeline / decode-context-parallel KV accounting was read in its sources (not a behaviour
 # change of vLLM: older releases are said to be approximate).
 _PARALLEL_READ_IN = "0.26.0"
+# The release whose sliding-window reservation (`max_in_flight_tokens`) was read in its source and reproduced
+# on real logs (tests/fixtures/gpu-h200-vllm-0.26.0-families: gpt-oss-20b and -120b).
+_IN_FLIGHT_BATCHES_FROM = "0.26.0"
 
 
-def _approximate_because(
-    shape: KvShape, vllm_version: str | None, pp: int, dcp: int
-) -> list[str]:
+# The layer kinds whose counting reproduces real vLLM 0.26.0 logs of released configs exactly
+# (tests/unit/test_capacity_families.py: gpt-oss sliding window + sinks, Nemotron-H / Granite-4.0-H /
+# Falcon-H1 Mamba-2, Jamba Mamba-1, Kimi-Linear KDA); older releases stay approximate for them.
+_FAMILIES_REPRODUCED_IN = "0.26.0"
+_FAMILY_KINDS_REPRODUCED = frozenset({"sliding", "mamba", "mamba1", "kda"})
+
+
+def _older_than(vllm_version: str | None, release: str) -> bool:
+    return bool(vllm_version) and flags.parse_version(vllm_version) < flags.parse_version(release)
+
+
+def _approximate_because(shape: KvShape, vllm_version: str | None, pp: int, dcp: int) -> list[str]:
     """Why this plan is not exact; empty when the family and layout are counted the way vLLM counts."""
     reasons = []
     kinds = set(shape.layer_kinds) or {"full"}
-    if shape.sliding_window_layers:
-        reasons.append(
-            "sliding-window layers: vLLM's per-release window accounting is not reproduced from real logs"
-        )
-    if shape.attention_sinks:
-        reasons.append("attention sinks (gpt-oss): not checked against a real log")
-    for kind in sorted(kinds - _EXACT_KINDS - {"sliding"}):
-        reasons.append(f"{kind} layers: the state size follows vLLM's shape formula, no real log reproduced")
+    if _older_than(vllm_version, _FAMILIES_REPRODUCED_IN):
+        if shape.sliding_window_layers:
+            reasons.append(
+                "sliding-window layers: vLLM's window accounting of this release is not reproduced from real "
+                f"logs (it is for {_FAMILIES_REPRODUCED_IN})"
+            )
+        if shape.attention_sinks:
+            reasons.append(
+                f"attention sinks (gpt-oss): checked against real logs of {_FAMILIES_REPRODUCED_IN} only"
+            )
+        for kind in sorted(kinds - _EXACT_KINDS - {"sliding"}):
+            reasons.append(
+                f"{kind} layers: the state size follows vLLM's shape formula, reproduced on real logs of "
+                f"{_FAMILIES_REPRODUCED_IN} only"
+            )
+    else:
+        for kind in sorted(kinds - _EXACT_KINDS - _FAMILY_KINDS_REPRODUCED):
+            reasons.append(
+                f"{kind} layers: the state size follows vLLM's shape formula, no real log reproduced"
+            )
     old = bool(vllm_version) and flags.parse_version(vllm_version) < flags.parse_version(_PARALLEL_READ_IN)
     if pp > 1 and (old or len(kinds) > 1):
         reasons.append(
@@ -665,6 +689,13 @@ def plan_capacity(
             "(give --max-num-batched-tokens)"
         )
 
+    # A sliding-window group holds window-1 tokens plus every batch still in flight: vLLM 0.26 reserves
+    # `max_in_flight_tokens` = max_concurrent_batches x max_num_batched_tokens (`VllmConfig`), 2 batches
+    # with async scheduling (its default) and one stage, else one per pipeline stage. Older releases
+    # counted one batch.
+    if batched is not None and not _older_than(vllm_version, _IN_FLIGHT_BATCHES_FROM):
+        batched *= 2 if pipeline_parallel_size == 1 else pipeline_parallel_size
+
     def blocks_needed(tokens: int) -> int:
         return sum(
             group.count
@@ -726,8 +757,16 @@ def plan_capacity(
         avg_concurrency = num_blocks / blocks_needed(avg_input_len)
 
     approximate = _approximate_because(shape, vllm_version, pipeline_parallel_size, dcp)
-    if shape.linear is not None and mamba_cache_mode == "all":
-        approximate.append('mamba_cache_mode "all": counted from vLLM 0.26\'s source, no real log reproduced')
+    if (
+        shape.linear is not None
+        and mamba_cache_mode == "all"
+        and _older_than(vllm_version, _FAMILIES_REPRODUCED_IN)
+    ):
+        # reproduced on 0.26.0 (Nemotron-3-Nano with prefix caching, tests/unit/test_capacity_families.py)
+        approximate.append(
+            f'mamba_cache_mode "all": counted as vLLM {_FAMILIES_REPRODUCED_IN} does, '
+            f"not checked for {vllm_version}"
+        )
     if approximate:
         warnings.append("approximate: " + "; ".join(approximate))
     line = (
