@@ -101,6 +101,8 @@ def test_the_refused_start_is_refused_with_vllms_longest_request() -> None:
     plan = plan_for(model, args)
     assert not plan.fits_on_gpu
     assert plan.estimated_max_model_len == refusal.values["estimated_max_model_len"] == 68_992
+    # vLLM's "5.59 GiB KV cache is needed": the blocks of one request in the pool's bytes per block
+    assert round(plan.kv_bytes_needed_per_request / 2**30, 2) == refusal.values["needed_gib"] == 5.59
     assert any("vLLM refuses to start" in w for w in plan.warnings)
 
 

@@ -390,6 +390,8 @@ class CapacityPlan:
     fits_on_gpu: bool
     estimated_max_model_len: int
     offload_bytes_needed: int
+    # KV memory per GPU one request of max_model_len needs: vLLM's "X GiB KV cache is needed"
+    kv_bytes_needed_per_request: int
     prefill_chunks: int | None
     max_num_batched_tokens: int | None
     avg_input_len: int | None
@@ -739,8 +741,8 @@ def plan_capacity(
         offload = max(0, max_model_len - estimated_max_len) * per_token_full
         warnings.append(
             f"one request of max_model_len {format_count(max_model_len)} needs {format_count(per_request)} "
-            f"KV "
-            f"blocks per GPU but {format_bytes(kv_bytes_per_gpu)} per GPU holds {format_count(num_blocks)}: "
+            f"KV blocks ({per_request * bytes_per_block / 2**30:.2f} GiB, as vLLM counts it) "
+            f"per GPU but {format_bytes(kv_bytes_per_gpu)} per GPU holds {format_count(num_blocks)}: "
             f"vLLM refuses to start ('To serve at least one request with the model's max seq len'); the "
             f"longest request that fits is about {format_count(estimated_max_len)} tokens. A CPU offload "
             f"tier "
@@ -808,6 +810,7 @@ def plan_capacity(
         fits_on_gpu=fits,
         estimated_max_model_len=estimated_max_len,
         offload_bytes_needed=offload,
+        kv_bytes_needed_per_request=per_request * bytes_per_block,
         prefill_chunks=chunks,
         max_num_batched_tokens=max_num_batched_tokens,
         avg_input_len=avg_input_len,
