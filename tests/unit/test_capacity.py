@@ -238,14 +238,14 @@ def test_mla_deepseek_v2_lite_latent_cache_is_not_split_by_tp() -> None:
 def test_sliding_window_gpt_oss_keeps_a_window_per_request() -> None:
     shape = KvShape.from_model_config(model("gpt-oss-120b"))
     assert (shape.full_attention_layers, shape.sliding_window_layers, shape.sliding_window) == (18, 18, 128)
-    plan = plan_capacity(
-        shape,
+    common: dict[str, Any] = dict(
         tensor_parallel_size=1,
         kv_cache_dtype="auto",
         max_model_len=131_072,
         kv_bytes_per_gpu=16 * GiB,
         max_num_batched_tokens=8192,
     )
+    plan = plan_capacity(shape, **common)
     assert plan.kv_bytes_per_token == 36 * 2 * 8 * 64 * 2
     assert plan.kv_bytes_per_token_full_attention == 18 * 2 * 8 * 64 * 2
     assert plan.num_gpu_blocks == 16 * GiB // (18 * 16 * 2 * 8 * 64 * 2)
@@ -253,15 +253,7 @@ def test_sliding_window_gpt_oss_keeps_a_window_per_request() -> None:
     # in flight (vLLM 0.26 `max_in_flight_tokens`), cdiv(128 - 1 + 2 * 8192, 16) + 1 blocks.
     assert plan.blocks_per_request == 8192 + 1033
     assert plan.gpu_kv_tokens == int(plan.num_gpu_blocks / 9225 * 131_072)
-    older = plan_capacity(
-        shape,
-        tensor_parallel_size=1,
-        kv_cache_dtype="auto",
-        max_model_len=131_072,
-        kv_bytes_per_gpu=16 * GiB,
-        max_num_batched_tokens=8192,
-        vllm_version="0.25.0",
-    )
+    older = plan_capacity(shape, vllm_version="0.25.0", **common)
     assert older.blocks_per_request == 8192 + 521  # one batch: cdiv(128 - 1 + 8192, 16) + 1
     assumed = plan_capacity(
         shape, tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=131_072, kv_bytes_per_gpu=16 * GiB

@@ -525,7 +525,7 @@ def _approximate_because(shape: KvShape, vllm_version: str | None, pp: int, dcp:
             reasons.append(
                 f"{kind} layers: the state size follows vLLM's shape formula, no real log reproduced"
             )
-    old = bool(vllm_version) and flags.parse_version(vllm_version) < flags.parse_version(_PARALLEL_READ_IN)
+    old = _older_than(vllm_version, _PARALLEL_READ_IN)
     if pp > 1 and (old or len(kinds) > 1):
         reasons.append(
             "pipeline parallelism: counted as vLLM 0.26 does (the largest stage)"
