@@ -112,3 +112,24 @@ def test_older_releases_stay_approximate_for_the_families_read_in_0_26() -> None
     older = plan_capacity(config, tensor_parallel_size=1, vllm_version="0.11.0", **plan_args(args))
     assert not older.exact
     assert any("sliding-window" in reason for reason in older.approximate_because)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "dtype"),
+    [
+        ("nemotron-3-nano-256k", "mamba2_state_shape", "float32"),  # mamba_ssm_cache_dtype default
+        ("granite-h-350m-32k", "mamba2_state_shape", "bfloat16"),
+        ("jamba-1.5-mini-64k", "mamba1_state_shape", "bfloat16"),
+        ("kimi-linear-128k-alone", "kda_state_shape", "float32"),  # kda_state_dtype
+    ],
+)
+def test_an_exact_hybrid_plan_names_the_state_vllm_sizes_and_warns_nothing(
+    name: str, shape: str, dtype: str
+) -> None:
+    """The state note names vLLM's MambaStateShapeCalculator function and dtype of THIS family; an exact
+    plan carries no 'compare with the real log' warning (the approximate verdict says when to)."""
+    _name, model, args = next(row for row in runs() if row[0] == name)
+    plan = plan_for(model, args)
+    note = next(n for n in plan.notes if n.startswith("linear-attention state"))
+    assert f"vLLM's {shape}, state dtype {dtype}" in note
+    assert plan.exact and not [w for w in plan.warnings if "hybrid model" in w]

@@ -87,12 +87,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     artifact = work / f"vllm_fleet-serving-{GALAXY['version']}.tar.gz"
     # --force: a copy elsewhere on the default collections path (molecule's prerun leaves one in
     # ~/.ansible/collections) would otherwise make ansible-galaxy say "already installed" and copy nothing
+    cols = work / "cols"
     install = subprocess.run(
-        [str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(work / "cols"), str(artifact)],
+        [str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(cols), str(artifact)],
         cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    assert (work / "cols" / "ansible_collections" / "vllm_fleet" / "serving" / "MANIFEST.json").is_file(), install.stdout
+    assert (cols / "ansible_collections/vllm_fleet/serving/MANIFEST.json").is_file(), install.stdout
     return {"work": work, "artifact": artifact, "cols": work / "cols", "config": config}
 
 

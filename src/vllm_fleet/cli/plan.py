@@ -66,15 +66,14 @@ def _handle(args: argparse.Namespace) -> int:
         flag
         for flag, value in (
             ("--model-config", args.model_config),
-            ("--tensor-parallel-size", args.tensor_parallel_size),
-            ("--kv-cache-dtype", args.kv_cache_dtype),
             ("--max-model-len", args.max_model_len),
         )
         if value is None
     ]
     if missing:
         raise FleetInputError(
-            f"give {', '.join(missing)} (one instance's capacity), or --inventory PATH (every host's plan)"
+            f"one instance's capacity needs --model-config FILE and --max-model-len L (missing: "
+            f"{', '.join(missing)}); or give --inventory PATH for every host's plan"
         )
     if args.kv_cache_memory_bytes is None and args.kv_bytes_per_gpu is None:
         raise FleetInputError(
@@ -129,7 +128,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(binary, as vLLM reads them) and 10g / 10GB (decimal). All memory is per GPU. With --inventory: "
             "the plan preflight builds for every host (layout, argv, capacity, errors); --json prints "
             '{"hosts": {name: HostPlan}}; exit 1 when a host\'s plan has errors.'
-
         ),
     )
     parser.add_argument(
@@ -146,7 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "for hosts without gpu_topology_recorded_dir",
     )
     parser.add_argument("--model-config", metavar="FILE", help="the model's config.json")
-    parser.add_argument("--tensor-parallel-size", "-tp", metavar="N")
+    parser.add_argument("--tensor-parallel-size", "-tp", default="1", metavar="N")
     parser.add_argument("--pipeline-parallel-size", "-pp", default="1", metavar="N")
     parser.add_argument(
         "--pp-layer-partition", metavar="LIST", help="layers per stage, as VLLM_PP_LAYER_PARTITION (16,32)"
@@ -156,11 +154,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     memory.add_argument("--kv-cache-memory-bytes", metavar="B", help="as vLLM's --kv-cache-memory-bytes")
     memory.add_argument("--kv-bytes-per-gpu", metavar="B", help="e.g. a log's 'Available KV cache memory'")
     parser.add_argument(
-        "--kv-cache-dtype", metavar="D", help="auto, fp8, fp8_e4m3, bfloat16, ..."
+        "--kv-cache-dtype",
+        default="auto",
+        metavar="D",
+        help="auto (vLLM's default), fp8, fp8_e4m3, bfloat16, ...",
     )
-    parser.add_argument(
-        "--max-model-len", metavar="L", help="tokens per request (32k = 32000)"
-    )
+    parser.add_argument("--max-model-len", metavar="L", help="tokens per request (32k = 32000)")
     parser.add_argument("--max-num-batched-tokens", metavar="T", help="prefill chunk size")
     parser.add_argument(
         "--avg-input-len", metavar="I", help="typical request length for a concurrency figure"

@@ -467,6 +467,9 @@ class LogReport:
     kv_offload: dict[str, Any] | None = None
     engine_dead: bool = False
     engine_death: dict[str, Any] | None = None
+    # the exception that ends the first traceback of a start that never became ready: the root cause
+    # (vLLM's own wrapper, "Engine core initialization failed. See root cause above", comes after it)
+    start_exception: dict[str, Any] | None = None
     stop: dict[str, Any] | None = None  # a deliberate stop (SIGINT/SIGTERM) and what it printed after
     errors: list[LogError] = field(default_factory=list)
     error_counts: dict[str, int] = field(default_factory=dict)
@@ -629,7 +632,9 @@ class LogParser:
         self.seen_errors: set[tuple[str, str]] = set()
         self.current = KvCacheReport()
         self.joins: list[tuple[LogError, list[str]]] = []  # errors whose message may continue on next lines
-        self.traceback: list[Any] | None = None  # [first line, lines seen] of a traceback after readiness
+        # [first line, lines seen, after readiness?] of the traceback being read
+        self.traceback: list[Any] | None = None
+        self.start_detail = False  # the start exception's message ended in ":": its cause is the next line
         self.serving = False  # readiness announced since the last start banner (a journal may hold restarts)
         self.stopping = 0  # 0 running; 1 uvicorn said "Shutting down"; 2 a SIGINT/SIGTERM handler said so
         self.stats_lines: list[str] = []
@@ -689,6 +694,7 @@ class LogParser:
         self.joins = []
         self._finish_stats()
         report = self.report
+        self._finish_start()
         for history in (report.spec_decode_history, report.kv_cache_reports, report.numa_bindings):
             del history[:-HISTORY_LIMIT]
         report.numa_nodes = sorted(self.numa_nodes)
@@ -713,6 +719,8 @@ class LogParser:
             else:
                 still.append((error, parts))
         self.joins = still
+        if self.start_detail:
+            self._start_detail(line)
         if self.traceback is not None:
             self.traceback[1] += 1
             message = _LEVEL_PREFIX.sub("", line, count=1)
@@ -721,11 +729,15 @@ class LogParser:
                     self.traceback = None
                 return
             # The first line at the traceback's own indentation ends it: the exception, or something else.
+            after_ready = self.traceback[2]
             self.traceback = None
             found = _EXCEPTION_LINE.match(message)
             if not found:
                 return
             values = {"exception": found.group("exc"), "message": (found.group("msg") or "").strip()}
+            if not after_ready:
+                self._start_exception(line, values)
+                return
             if self._stop_noise("traceback_after_ready", values["exception"]):
                 return
             self._error("traceback_after_ready", line, values)
@@ -748,6 +760,19 @@ class LogParser:
         error = LogError(kind=kind, line=line, values=values or {})
         report.errors.append(error)
         return error
+
+    def _finish_start(self) -> None:
+        """A start that never became ready, whose known fatal lines (if any) do not name the cause: the
+        first start-up traceback's exception is the error (`start_exception`)."""
+        report = self.report
+        if report.ready:
+            report.start_exception = None
+        named = {e.kind for e in report.errors} - {"engine_init_failed"}
+        if report.start_exception is None or named:
+            return
+        values = {k: v for k, v in report.start_exception.items() if k != "line"}
+        self._error("start_exception", report.start_exception["line"], values)
+        report.evidence["start_exception"] = report.start_exception["line"]
 
     # --- handlers, one per kind of line -------------------------------------------------------------------
     def _on_version(self, line: str) -> None:
@@ -1001,8 +1026,30 @@ class LogParser:
         self._error("engine_dead", line)
 
     def _on_traceback(self, line: str) -> None:
-        if self.serving and "Traceback (most recent call last)" in line:
-            self.traceback = [line, 0]
+        """A traceback while serving is an error; one during start-up is kept as the start's root cause
+        (the first one: the wrappers that re-raise it come after), reported only if the start never became
+        ready (`finish`), since a start may log a traceback it recovers from."""
+        if "Traceback (most recent call last)" not in line:
+            return
+        if self.serving:
+            self.traceback = [line, 0, True]
+        elif self.report.start_exception is None and " WARNING " not in line:
+            # a traceback logged as a WARNING (a kernel probe falling back) is not why a start fails
+            self.traceback = [line, 0, False]
+
+    def _start_exception(self, line: str, values: dict[str, Any]) -> None:
+        if self.stopping:
+            return
+        self.report.start_exception = {**values, "line": line}
+        self.start_detail = values["message"].endswith(":")
+
+    def _start_detail(self, line: str) -> None:
+        """`huggingface_hub`'s validation error names its cause on the next, indented line."""
+        self.start_detail = False
+        detail = _LEVEL_PREFIX.sub("", line, count=1)
+        if detail[:1] in (" ", "\t") and detail.strip():
+            exception = self.report.start_exception
+            exception["message"] = f"{exception['message']} {detail.strip()}"
 
     def _on_stop(self, line: str) -> None:
         """A deliberate stop: vLLM's SIGINT/SIGTERM handlers (0.26: launcher.py "[shutdown] API server:

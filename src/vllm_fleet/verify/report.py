@@ -309,6 +309,9 @@ FATAL_HINTS = {
     "invalid_kv_cache_dtype": "this vLLM release does not know the kv_cache_dtype: pick one of the values "
     "the error lists",
     "engine_init_failed": "the root cause is logged above this line in the same journal",
+    "start_exception": "vLLM raised this while starting and never became ready: the message names the cause "
+    "(a config.json this release cannot load, a kernel that did not build, ...); the traceback above it in "
+    "the journal says where",
 }
 
 
