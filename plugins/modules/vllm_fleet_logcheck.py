@@ -103,7 +103,8 @@ EXAMPLES = r"""
       models: "{{ models }}"
     metrics_before: "{{ before.content }}"
     metrics_after: "{{ after.content }}"
-    report_dir: "{{ playbook_dir }}/../reports/verify"
+    report_dir: "{{ vllm_fleet_report_dir | default(none)
+                    | vllm_fleet.serving.vllm_fleet_report_dir('verify') }}"
 """
 
 RETURN = r"""

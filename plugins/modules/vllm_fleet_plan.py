@@ -60,7 +60,7 @@ EXAMPLES = r"""
     source: "{{ gpu_topology.source }}"
     vllm_version: "{{ vllm_install_version }}"
     roles_dir: "{{ playbook_dir }}/../roles"
-    plan_dir: "{{ playbook_dir }}/../reports/plan"
+    plan_dir: "{{ vllm_fleet_report_dir | default(none) | vllm_fleet.serving.vllm_fleet_report_dir('plan') }}"
 """
 
 RETURN = r"""

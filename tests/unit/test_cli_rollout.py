@@ -24,9 +24,10 @@ PLAYBOOK = """\
   tasks:
     - name: Report
       ansible.builtin.debug:
-        msg: "check={{ ansible_check_mode }} a={{ a }} b={{ b }} forks={{ forks }}"
+        msg: "check={{ ansible_check_mode }} a={{ a }} b={{ b }} forks={{ forks }} reports={{ reports }}"
       vars:
         forks: "{{ lookup('ansible.builtin.config', 'DEFAULT_FORKS') }}"
+        reports: "{{ vllm_fleet_report_dir }}"
       tags: [picked]
     - name: Left out by --tags
       ansible.builtin.fail:
@@ -63,7 +64,9 @@ def test_rollout_passes_arguments_through_and_keeps_the_users_ansible_cfg(tmp_pa
         cwd=user, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     log = (tmp_path / "runs" / "r1" / "ansible.log").read_text(encoding="utf-8")
-    assert "check=True a=1 b=2 forks=7" in log, log[-3000:] + result.stderr[-3000:]
+    # reports under the user's directory, not the project (ansible-runner's cwd: site-packages when installed)
+    expected = f"check=True a=1 b=2 forks=7 reports={user / 'reports'}"
+    assert expected in log, log[-3000:] + result.stderr[-3000:]
     assert "Left out by --tags" not in log
     summary = json.loads(result.stdout)
     assert summary["ansible"]["rc"] == 0, summary

@@ -82,7 +82,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     build = subprocess.run(
         [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work), str(REPO)],
         cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
+    )  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr
     artifact = work / f"vllm_fleet-serving-{GALAXY['version']}.tar.gz"
     # --force: a copy elsewhere on the default collections path (molecule's prerun leaves one in
@@ -91,7 +91,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     install = subprocess.run(
         [str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(cols), str(artifact)],
         cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
+    )  # fmt: skip
     assert install.returncode == 0, install.stdout + install.stderr
     assert (cols / "ansible_collections/vllm_fleet/serving/MANIFEST.json").is_file(), install.stdout
     return {"work": work, "artifact": artifact, "cols": work / "cols", "config": config}
@@ -197,3 +197,34 @@ def test_a_venv_with_only_the_wheel_resolves_the_collection(wheel_venv: dict[str
     ).stdout.strip()
     assert project.endswith("/site-packages/ansible_collections/vllm_fleet/serving")
     assert (Path(project) / "playbooks" / "rollout.yml").is_file()
+
+
+def test_the_sdist_holds_the_collection_and_rebuilds_the_same_wheel(
+    tmp_path: Path, wheel_venv: dict[str, Path]
+) -> None:
+    # pip installs an sdist by building a wheel from it: setup.py's build_py copies the collection from the
+    # unpacked sdist, so a file MANIFEST.in leaves out breaks that build or goes missing from the wheel
+    sdist = subprocess.run(
+        [str(BIN / "uv"), "build", "--sdist", "-q", "-o", str(tmp_path / "sdist"), str(REPO)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert sdist.returncode == 0, sdist.stdout + sdist.stderr
+    (archive,) = (tmp_path / "sdist").glob("vllm_fleet-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() and "/" in m.name}
+    wanted = ["galaxy.yml", "meta/runtime.yml", "playbooks/site.yml", "roles/vllm_verify/tasks/main.yml"]
+    for path in [*wanted, "plugins/modules/vllm_fleet_plan.py", "plugins/filter/vllm_fleet_report_dir.yml"]:
+        assert path in names, f"the sdist lacks {path} (MANIFEST.in)"
+    build = subprocess.run(
+        [str(BIN / "pip"), "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(archive)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    prefix = "ansible_collections/vllm_fleet/serving/"
+
+    def collection(wheel: Path) -> set[str]:
+        with zipfile.ZipFile(wheel) as whl:
+            return {n for n in whl.namelist() if n.startswith(prefix)}
+
+    (rebuilt,) = (tmp_path / "dist").glob("vllm_fleet-*.whl")
+    assert collection(rebuilt) == collection(wheel_venv["wheel"])

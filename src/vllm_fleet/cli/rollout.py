@@ -55,6 +55,14 @@ def default_report_dir(project: Path, cwd: Path) -> Path:
     return base / ".vllm-fleet" / "rollouts"
 
 
+def default_fleet_report_dir(project: Path, cwd: Path) -> Path:
+    """`vllm_fleet_report_dir` for the playbook (verify's reports, the plans): ansible-runner runs it with the
+    project as its working directory, where the playbook's own default (`./reports`) would land in
+    site-packages for the installed collection; so the same base as the run folders, the checkout or `cwd`."""
+    base = project if (project / "pyproject.toml").is_file() else cwd
+    return base / "reports"
+
+
 def parse_extra_vars(items: list[str]) -> dict[str, Any]:
     """`-e` as ansible-playbook reads it: `@file.yml|json`, a YAML/JSON mapping (`{...}`), else `k=v k2=v2`
     (ansible's own key=value splitter: quoting as in ansible-playbook, every value a string)."""
@@ -207,6 +215,11 @@ def _handle(args: argparse.Namespace) -> int:
         Path(args.report_dir).resolve() if args.report_dir else default_report_dir(project, Path.cwd())
     )
     extravars = build_extravars(args, run_id, report_dir)
+    # -e vllm_fleet_report_dir=... wins; a relative one is the user's working directory's, not the runner's
+    extravars.setdefault("vllm_fleet_report_dir", str(default_fleet_report_dir(project, Path.cwd())))
+    given = extravars["vllm_fleet_report_dir"]
+    if isinstance(given, str) and given and not os.path.isabs(given):  # anything else: the filter's message
+        extravars["vllm_fleet_report_dir"] = str(Path.cwd() / given)
     run_dir = report_dir / run_id
 
     events: list[dict[str, Any]] = []
