@@ -335,6 +335,8 @@ _EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<msg>.*))?$"
 )
 TRACEBACK_MAX_LINES = 400
+# pydantic's echo of the input after its message: ` [type=value_error, input_value=ArgsKwargs((), {...`
+_PYDANTIC_INPUT = re.compile(r"\s*\[type=\w+, input_value=.*$")
 _DEAD_ERRORS = ("EngineDeadError", "AsyncEngineDeadError")
 # A deliberate stop (LogParser._on_stop): vLLM 0.26's signal handlers, uvicorn's own line.
 _STOP_SIGNAL = re.compile(
@@ -634,7 +636,7 @@ class LogParser:
         self.joins: list[tuple[LogError, list[str]]] = []  # errors whose message may continue on next lines
         # [first line, lines seen, after readiness?] of the traceback being read
         self.traceback: list[Any] | None = None
-        self.start_detail = False  # the start exception's message ended in ":": its cause is the next line
+        self.start_detail = 0  # indented lines after the start exception that still belong to its message
         self.serving = False  # readiness announced since the last start banner (a journal may hold restarts)
         self.stopping = 0  # 0 running; 1 uvicorn said "Shutting down"; 2 a SIGINT/SIGTERM handler said so
         self.stats_lines: list[str] = []
@@ -657,9 +659,9 @@ class LogParser:
             block = _ANSI.sub("", block)
         pos = 0
         for start, end, mask in zip(*_line_masks(block), strict=True):
-            if self.joins or self.traceback is not None:
+            if self._open():
                 pos = self._follow_until(block, pos, start)
-                following = self.joins or self.traceback is not None
+                following = self._open()
             else:
                 following = False
             if mask == _STATS_MASK and not following:
@@ -672,8 +674,13 @@ class LogParser:
                     for handler in _MASK_HANDLERS[mask]:
                         handler(self, line)
             pos = end + 1
-        if self.joins or self.traceback is not None:
+        if self._open():
             self._follow_until(block, pos, len(block))
+
+    def _open(self) -> bool:
+        """Whether the next lines belong to something already seen (a traceback, a wrapped error, the
+        cause of a start exception), so every line is read, needle or not."""
+        return bool(self.joins or self.traceback is not None or self.start_detail)
 
     def feed(self, raw: str) -> None:
         """One line (with or without its newline)."""
@@ -681,7 +688,7 @@ class LogParser:
 
     def _follow_until(self, block: str, pos: int, stop: int) -> int:
         """Lines from `pos` up to `stop` for `_follow`, while a traceback or a wrapped error is open."""
-        while pos < stop and (self.joins or self.traceback is not None):
+        while pos < stop and self._open():
             end = block.find("\n", pos)
             end = len(block) if end == -1 else end
             self._follow(clean_line(block[pos:end]))
@@ -1041,15 +1048,22 @@ class LogParser:
         if self.stopping:
             return
         self.report.start_exception = {**values, "line": line}
-        self.start_detail = values["message"].endswith(":")
+        # huggingface_hub's validation error names its cause on the next, indented line; pydantic's
+        # "1 validation error for VllmConfig" on the next one or two (a field name, then "Value error, ...")
+        pydantic = values["exception"] == "ValidationError" and "validation error" in values["message"]
+        self.start_detail = 2 if pydantic else 1 if values["message"].endswith(":") else 0
 
     def _start_detail(self, line: str) -> None:
-        """`huggingface_hub`'s validation error names its cause on the next, indented line."""
-        self.start_detail = False
         detail = _LEVEL_PREFIX.sub("", line, count=1)
-        if detail[:1] in (" ", "\t") and detail.strip():
-            exception = self.report.start_exception
-            exception["message"] = f"{exception['message']} {detail.strip()}"
+        if detail[:1] not in (" ", "\t") or not detail.strip() or "For further information visit" in detail:
+            self.start_detail = 0
+            return
+        self.start_detail -= 1
+        exception = self.report.start_exception
+        text = _PYDANTIC_INPUT.sub("", detail.strip())
+        exception["message"] = f"{exception['message']} {text}"
+        if text.startswith("Value error,"):
+            self.start_detail = 0
 
     def _on_stop(self, line: str) -> None:
         """A deliberate stop: vLLM's SIGINT/SIGTERM handlers (0.26: launcher.py "[shutdown] API server:
