@@ -50,7 +50,10 @@ class CallbackModule(CallbackBase):
         role = task._role.get_name(include_role_fqcn=False) if task._role else ""
         self._task = (role, task.get_name().strip(), time.monotonic())
 
-    v2_playbook_on_handler_task_start = v2_playbook_on_task_start
+    def v2_playbook_on_handler_task_start(self, task) -> None:
+        # ansible calls this one with the task alone (no is_conditional): an alias of the method above made
+        # every handler a "Callback dispatch failed" warning and left its time out of the tables
+        self.v2_playbook_on_task_start(task, False)
 
     def v2_playbook_on_play_start(self, play) -> None:
         self._close_task()

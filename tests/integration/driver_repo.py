@@ -176,6 +176,8 @@ def build_repo(debs: Path, dest: Path, gnupghome: Path) -> SignedRepo:
     env = {**os.environ, "GNUPGHOME": str(gnupghome)}
     for (suite, component), group in sorted(groups.items()):
         _run(["reprepro", "-b", str(dest), "-C", component, "includedeb", suite, *map(str, group)], env=env)
+    # gpg started an agent for the signing: it outlives the test otherwise (a daemon on a deleted GNUPGHOME)
+    _run(["gpgconf", "--kill", "gpg-agent"], env=env)
     key_file = dest.parent / "repo-key.asc"
     key_file.write_text(armored)
     return SignedRepo(dest, key_file, fingerprint, components, (SUITE, SECURITY_SUITE))

@@ -87,6 +87,8 @@ def playbook(work: Path, inventory: Path, extra: dict) -> tuple[int, str, int]:
         check=False,
     )
     out = proc.stdout + proc.stderr
+    # the recap and the timing callback's tables (the apt step's time): shown with -s, and in a failure's log
+    print(out.split("PLAY RECAP")[-1][-3000:])
     changed = sum(int(n) for n in re.findall(r"changed=(\d+)", out.split("PLAY RECAP")[-1]))
     return proc.returncode, out, changed
 
@@ -172,6 +174,9 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory):
         assert not [n for n in netns.split() if lab.lab_of_netns(n) == NAME], netns
         assert not (root / "labs" / NAME).exists()
         assert server.poll() is not None
+        # nothing left behind: build_repo stopped the gpg-agent its signing started
+        agents = subprocess.run(["pgrep", "-af", str(work / "gnupg")], capture_output=True, text=True)
+        assert not agents.stdout, agents.stdout
 
 
 def role_vars(env_: dict, version: str, **more) -> dict:

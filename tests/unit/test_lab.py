@@ -109,6 +109,7 @@ def test_nspawn_command_binds_key_and_artefacts_read_only():
     assert argv[0] == "systemd-nspawn"
     assert "--register=no" in argv and "--keep-unit" in argv and "--boot" in argv
     assert "--network-namespace-path=/run/netns/vfl-t1.t1-1" in argv
+    assert "--resolv-conf=off" in argv  # the lab's resolv.conf, not the controller's unreachable nameserver
     assert "--bind-ro=/L/labs/t1/authorized_keys:/root/.ssh/authorized_keys" in argv
     assert f"--bind-ro=/L/cache/wh:{lab.HOST_WHEELHOUSE}" in argv
     assert f"--bind-ro=/L/cache/m:{lab.HOST_MODEL}" in argv
@@ -216,6 +217,13 @@ def test_hosts_file_names_every_lab_host():
     assert "127.0.0.1\tlocalhost" in text.splitlines()
     assert f"{plan.hosts[0].address}\ta" in text.splitlines()
     assert f"{plan.hosts[1].address}\tb" in text.splitlines()
+
+
+def test_resolv_conf_names_no_nameserver():
+    # none listed: glibc asks 127.0.0.1, where nothing listens in a lab host, and a lookup fails at once
+    text = lab.resolv_conf()
+    assert text.endswith("\n")
+    assert not [line for line in text.splitlines() if not line.startswith("#")], text
 
 
 def test_embedded_inventory_holds_only_the_lab_host():

@@ -53,3 +53,24 @@ def test_roles_are_summed_slowest_first_and_the_slowest_tasks_listed():
         "  Gather facts                         1.5 s",
     ]
     assert format_task_tables([]) == "role timings: no task ran"
+
+
+def test_the_callback_times_handlers_called_as_ansible_calls_them():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "callback" / "vllm_fleet_timing.py"
+    spec = importlib.util.spec_from_file_location("vllm_fleet_timing_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Handler:
+        _role = None
+
+        def get_name(self) -> str:
+            return "Restart prometheus"
+
+    callback = module.CallbackModule()
+    callback.v2_playbook_on_handler_task_start(Handler())  # ansible passes the task only
+    callback._close_task()
+    assert [t.name for t in callback._tasks] == ["Restart prometheus"]

@@ -307,6 +307,7 @@ def _start_host(plan: lab.LabPlan, host: lab.LabHost, rootfs: Path, binds_ro: di
     # Files placed in the empty upper layer before the mount shadow the shared root filesystem's.
     (hdir / "upper/etc").mkdir(exist_ok=True)
     (hdir / "upper/etc/hosts").write_text(lab.hosts_file(plan))
+    (hdir / "upper/etc/resolv.conf").write_text(lab.resolv_conf())
     # The host's writable layer lives on disk (not tmpfs as with --volatile=overlay): a vLLM venv is 2.5 GB.
     run(
         [
