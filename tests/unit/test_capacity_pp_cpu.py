@@ -51,7 +51,7 @@ def test_the_runs_cover_uneven_partitioned_and_hybrid_stages() -> None:
     assert {1, 2, 3} <= stages
     assert any(row[3] for row in rows() if row[0] in names)  # a VLLM_PP_LAYER_PARTITION run
     assert sum(name.startswith("gemma3-pp2") for name in names) >= 2
-    assert sum(name.startswith("dcp2") for name in names) >= 1
+    assert sum(name.startswith("dcp2") for name in names) >= 2
 
 
 @pytest.mark.parametrize(("name", "model", "stages", "partition", "args"), served())
@@ -68,7 +68,7 @@ def test_the_plan_gives_vllms_kv_line(
         decode_context_parallel_size=flag(args, "-dcp", "--decode-context-parallel-size", default=1),
         pp_layer_partition=[int(n) for n in partition.split(",")] if partition else None,
         kv_cache_dtype="auto",
-        max_model_len=2048,
+        max_model_len=flag(args, "--max-model-len", default=2048),
         kv_bytes_per_gpu=int(report.available_kv_cache_gib * 2**30),
         block_size=CPU_BLOCK_SIZE,
         max_num_batched_tokens=flag(args, "--max-num-batched-tokens"),
