@@ -1,8 +1,8 @@
 """Pipeline stages, decode context parallelism and the exact/approximate verdict of plan_capacity.
 
-Not reproductions of real logs (no fixture here is a PP or DCP log with a KV size line): the stage split
-is vLLM 0.26's get_pp_indices (vllm/distributed/utils.py) and the DCP count its
-FullAttentionSpec.max_memory_usage_bytes, checked against numbers worked out by hand from those functions.
+Worked out by hand from vLLM 0.26's sources: the stage split is get_pp_indices (vllm/distributed/utils.py) and
+the DCP count FullAttentionSpec.max_memory_usage_bytes. The real PP and DCP logs that the planner reproduces
+are in test_capacity_pp_cpu.py (vLLM 0.32.0's CPU build).
 """
 
 from __future__ import annotations
