@@ -175,7 +175,7 @@ def test_readme_lab_commands_run_as_written_and_leave_no_lab(checkout) -> None:
 def test_readme_rollout_runs_as_written_on_the_default_lab(checkout, installed_lab) -> None:
     # the rollout writes its run folder under the vllm-fleet checkout it runs from (the installed one, this
     # checkout): the test removes the folders it made, as a user keeps theirs
-    runs = ROOT / ".vllm-fleet" / "rollouts"
+    runs = ROOT / "reports" / "rollouts"
     before = set(runs.iterdir()) if runs.is_dir() else set()
     try:
         failures = [f for e in _of("rollout") if (f := run_example(checkout, e, timeout=2400))]

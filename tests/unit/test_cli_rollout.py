@@ -13,7 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vllm_fleet.cli.rollout import parse_extra_vars, playbook_cmdline
+from vllm_fleet.cli.rollout import (
+    default_fleet_report_dir,
+    default_report_dir,
+    parse_extra_vars,
+    playbook_cmdline,
+)
 
 BIN = Path(sys.executable).parent
 
@@ -34,6 +39,15 @@ PLAYBOOK = """\
         msg: the --tags given after -- did not reach ansible-playbook
       tags: [other]
 """
+
+
+def test_run_folders_sit_in_the_reports_folder_of_a_clone_or_of_the_working_directory(tmp_path: Path) -> None:
+    clone, installed, cwd = tmp_path / "clone", tmp_path / "site-packages" / "serving", tmp_path / "work"
+    clone.mkdir()
+    (clone / "pyproject.toml").write_text("")
+    assert default_report_dir(clone, cwd) == default_fleet_report_dir(clone, cwd) / "rollouts"
+    assert default_report_dir(clone, cwd) == clone / "reports" / "rollouts"
+    assert default_report_dir(installed, cwd) == cwd / "reports" / "rollouts"  # never into site-packages
 
 
 def test_extra_vars_are_read_as_ansible_playbook_reads_them() -> None:

@@ -49,10 +49,9 @@ def default_project_dir(here: Path | None = None) -> Path:
 
 
 def default_report_dir(project: Path, cwd: Path) -> Path:
-    """A checkout keeps its run folders in it; an installed collection is no place to write (site-packages):
-    there they go under the working directory."""
-    base = project if (project / "pyproject.toml").is_file() else cwd
-    return base / ".vllm-fleet" / "rollouts"
+    """The run folders: `rollouts/` of the reports folder, as the role's own default
+    (`vllm_rollout_report_dir`), so a rollout run by the CLI and one run by ansible-playbook land together."""
+    return default_fleet_report_dir(project, cwd) / "rollouts"
 
 
 def default_fleet_report_dir(project: Path, cwd: Path) -> Path:
@@ -301,7 +300,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-e", "--extra-vars", action="append", default=[], help="KEY=VALUE (JSON values) or @FILE"
     )
     parser.add_argument(
-        "--report-dir", default="", help="where run folders go (default: .vllm-fleet/rollouts)"
+        "--report-dir", default="", help="where run folders go (default: reports/rollouts)"
     )
     parser.add_argument("--run-id", default="", help="name of this run's folder (default: UTC start time)")
     parser.add_argument("--project-dir", default="", help="the vllm-fleet checkout (default: this one)")
