@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wheelvenv import build_wheel_venv
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -48,20 +49,7 @@ def _files(folder: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with only the wheel built from this clone (uv installs it from its cache in seconds)."""
-    work = tmp_path_factory.mktemp("collection-wheel")
-    build = subprocess.run(
-        [str(BIN / "pip"), "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(ROOT)],
-        cwd=work, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout + build.stderr
-    (wheel,) = (work / "dist").glob("vllm_fleet-*.whl")
-    venv = work / "venv"
-    for cmd in (
-        [str(BIN / "uv"), "venv", "-q", "-p", sys.executable, str(venv)],
-        [str(BIN / "uv"), "pip", "install", "-q", "-p", str(venv / "bin" / "python"), str(wheel)],
-    ):
-        done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
+    _wheel, venv = build_wheel_venv(tmp_path_factory.mktemp("collection-wheel"))
     return venv
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
+from wheelvenv import build_wheel_venv
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -142,19 +143,7 @@ def test_ansible_doc_shows_everything_by_fqcn_from_the_installed_artifact(
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The wheel `pip wheel` builds from the clone, in a fresh venv (uv: seconds, from its cache)."""
     work = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run(
-        [str(BIN / "pip"), "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(REPO)],
-        cwd=work, capture_output=True, text=True, timeout=300, check=False,
-    )
-    assert build.returncode == 0, build.stdout + build.stderr
-    (wheel,) = (work / "dist").glob("vllm_fleet-*.whl")
-    venv = work / "venv"
-    for cmd in (
-        [str(BIN / "uv"), "venv", "-q", "-p", sys.executable, str(venv)],
-        [str(BIN / "uv"), "pip", "install", "-q", "-p", str(venv / "bin" / "python"), str(wheel)],
-    ):
-        done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
+    wheel, venv = build_wheel_venv(work, timeout=300)
     return {"work": work, "wheel": wheel, "venv": venv}
 
 

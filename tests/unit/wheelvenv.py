@@ -1,0 +1,30 @@
+"""A fresh venv holding only the wheel `pip wheel` builds from this clone (uv installs it and its
+dependencies from uv's cache in seconds): what a user who runs `pip install vllm_fleet-*.whl` has. Shared by
+tests/unit/test_collection.py and tests/integration/test_collection_lab.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
+
+
+def build_wheel_venv(work: Path, timeout: int = 600) -> tuple[Path, Path]:
+    """`(wheel, venv)` under `work`."""
+    build = subprocess.run(
+        [str(BIN / "pip"), "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(REPO)],
+        cwd=work, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = (work / "dist").glob("vllm_fleet-*.whl")
+    venv = work / "venv"
+    for cmd in (
+        [str(BIN / "uv"), "venv", "-q", "-p", sys.executable, str(venv)],
+        [str(BIN / "uv"), "pip", "install", "-q", "-p", str(venv / "bin" / "python"), str(wheel)],
+    ):
+        done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    return wheel, venv
