@@ -18,6 +18,11 @@ def vllm_verify_probe_prompt(
     return report.probe_prompt(prompt, tokens, report.cache_block_size(metrics_text), length, int(max_tokens))
 
 
+def vllm_verify_stats(results: list[dict[str, Any]] | None, host: str, report_dir: str) -> dict[str, Any]:
+    """This host's verdict for `set_stats` (see `report.verify_stats`)."""
+    return report.verify_stats(host, results, report_dir)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"vllm_verify_probe_prompt": vllm_verify_probe_prompt}
+        return {"vllm_verify_probe_prompt": vllm_verify_probe_prompt, "vllm_verify_stats": vllm_verify_stats}

@@ -433,3 +433,14 @@ def test_the_last_report_is_read_back_or_none(tmp_path: Path) -> None:
     assert load_report(tmp_path, "lab-2", data["instance"]) is None
     report_path(tmp_path, "lab-1", data["instance"]).write_text("{half a file")
     assert load_report(tmp_path, "lab-1", data["instance"]) is None
+
+
+def test_verify_stats_is_the_hosts_verdict_for_awx() -> None:
+    from vllm_fleet.verify.report import verify_stats
+
+    passed = {"verdict": "passed"}
+    ok = {"instance": "i0", "ok": True, "msg": "", "report_path": "/r/h/i0.json"}
+    bad = {**ok, "instance": "i1", "ok": False, "msg": "KV tokens below plan"}
+    assert verify_stats("h", [ok], "/r") == {"h": {**passed, "instances": [ok], "report_dir": "/r"}}
+    assert verify_stats("h", [ok, bad], "/r")["h"]["verdict"] == "failed"
+    assert verify_stats("h", None, "/r")["h"] == {"verdict": "passed", "instances": [], "report_dir": "/r"}

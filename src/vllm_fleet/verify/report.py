@@ -979,3 +979,11 @@ def fleet_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ],
         "rows": [dict(zip(TABLE_COLUMNS, row, strict=True)) for row in table_rows(reports)],
     }
+
+
+def verify_stats(host: str, results: list[Mapping[str, Any]] | None, report_dir: str) -> dict[str, Any]:
+    """One host's verdict as `set_stats` data (AWX keeps it as the job's artifacts): `{host: {verdict,
+    instances, report_dir}}`; passed when every verified instance is ok (none verified: nothing failed)."""
+    instances = list(results or [])
+    verdict = "failed" if [r for r in instances if not r.get("ok")] else "passed"
+    return {host: {"verdict": verdict, "instances": instances, "report_dir": report_dir}}
