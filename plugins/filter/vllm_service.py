@@ -6,10 +6,15 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from vllm_fleet.deploy import filestate
 from vllm_fleet.deploy.service import (
     InstanceFiles,
     ServiceOptions,
+    decide,
+    env_items,
+    env_sha256,
     instance_files,
+    managed_items,
     parse_markers,
     restart_list,
     shm_shortfall,
@@ -79,6 +84,51 @@ def vllm_service_stale(markers_text: str, wanted: list[str]) -> list[str]:
     return stale_instances(parse_markers(markers_text or ""), list(wanted or []))
 
 
+def vllm_service_managed(
+    files: list[dict[str, Any]], *, dirs: list[dict[str, Any]], home_root: str, user: str, group: str
+) -> list[dict[str, Any]]:
+    """The directories, plans and units the role keeps (no environment file), as vllm_fleet_drifted items."""
+    try:
+        return managed_items(
+            list(files or []), dirs=list(dirs or []), home_root=home_root, user=user, group=group
+        )
+    except KeyError as exc:
+        raise AnsibleFilterError(
+            f"vllm_service_managed: an instance has no {exc} (vllm_service_files)"
+        ) from exc
+
+
+def vllm_service_env_sha256(files: list[dict[str, Any]]) -> dict[str, str]:
+    """EnvironmentFile path -> sha256 of its text, for vllm_fleet_host_state's compare_sha256 (no_log)."""
+    return env_sha256(list(files or []))
+
+
+def vllm_service_env_drifted(files: list[dict[str, Any]], host_state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The environment files (with their secrets: loop over this with no_log) that differ on the host."""
+    try:
+        return filestate.drifted(env_items(list(files or [])), (host_state or {}).get("files") or {})
+    except FleetInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def vllm_service_decide(
+    files: list[dict[str, Any]],
+    host_state: dict[str, Any],
+    *,
+    items: list[dict[str, Any]],
+    unit_glob: str = "",
+) -> dict[str, Any]:
+    """One read of the host -> writes, restart, stale, enable, reload (vllm_fleet.deploy.service.decide)."""
+    try:
+        return decide(list(files or []), host_state or {}, items=list(items or []), unit_glob=unit_glob)
+    except FleetInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    except KeyError as exc:
+        raise AnsibleFilterError(
+            f"vllm_service_decide: an instance has no {exc} (vllm_service_files)"
+        ) from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -88,4 +138,8 @@ class FilterModule:
             "vllm_service_same_release": vllm_service_same_release,
             "vllm_service_with_drifted": vllm_service_with_drifted,
             "vllm_service_shm_shortfall": vllm_service_shm_shortfall,
+            "vllm_service_managed": vllm_service_managed,
+            "vllm_service_env_sha256": vllm_service_env_sha256,
+            "vllm_service_env_drifted": vllm_service_env_drifted,
+            "vllm_service_decide": vllm_service_decide,
         }

@@ -5,6 +5,7 @@ nothing (issue 21): one round trip per role instead of one (or two) per file and
 
 from __future__ import annotations
 
+import glob
 import grp
 import hashlib
 import os
@@ -43,6 +44,20 @@ options:
     type: list
     elements: str
     default: []
+  compare_sha256:
+    description:
+      - Path -> the sha256 the controller expects, for files whose digest must not leave the host (a file
+        holding secrets: a plain sha256 of a short key is a fast oracle for it). Each path is stat'ed as in
+        O(paths), but its stat holds C(sha256_matches) (true or false) instead of C(sha256).
+      - The values are masked in the task's output (C(no_log)).
+    type: dict
+    default: {}
+  globs:
+    description: Shell patterns; the text of every file that matches (at most 64 KiB each) is returned in
+      RV(globbed), e.g. the marker lines of the units a role once wrote, to find the ones it must remove.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -58,17 +73,24 @@ EXAMPLES = r"""
     paths: [/etc/sysctl.d/90-vllm-fleet.conf, /etc/vllm-fleet]
     read: [/var/lib/vllm-fleet/state/a]
     units: [vllm-fleet-a.service]
+    compare_sha256: {/etc/vllm-fleet/a.env: "{{ env_text | hash('sha256') }}"}
+    globs: [/etc/systemd/system/vllm-fleet-*.service]
   register: state
 """
 
 RETURN = r"""
 files:
   description: Path -> stat. C(exists) false for a missing path; otherwise C(type) (C(file), C(directory),
-    C(link), C(other)), C(mode) (4 octal digits, as a string), C(owner), C(group) and, for a file, C(sha256).
+    C(link), C(other)), C(mode) (4 octal digits, as a string), C(owner), C(group) and, for a file, C(sha256)
+    (or C(sha256_matches) for a path of O(compare_sha256)).
   type: dict
   returned: always
 contents:
   description: Path -> text of each O(read) file that exists.
+  type: dict
+  returned: always
+globbed:
+  description: Pattern of O(globs) -> {path -> text} of the files it matches.
   type: dict
   returned: always
 units:
@@ -126,6 +148,23 @@ def read_text(path: str) -> str | None:
         return None
 
 
+def compared_state(path: str, expected_sha256: str) -> dict:
+    """file_state without the file's sha256: only whether it is the one expected."""
+    out = file_state(path)
+    if "sha256" in out:
+        out["sha256_matches"] = out.pop("sha256") == str(expected_sha256).strip().lower()
+    return out
+
+
+def globbed_texts(patterns: list[str]) -> dict[str, dict[str, str]]:
+    """Pattern -> {path -> text} of the regular files it matches, in sorted order."""
+    out: dict[str, dict[str, str]] = {}
+    for pattern in patterns:
+        matches = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+        out[pattern] = {p: text for p in matches if (text := read_text(p)) is not None}
+    return out
+
+
 def parse_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
     """`systemctl show -p A,B u1 u2` prints one block of KEY=value lines per unit, blank-line separated,
     in the order asked."""
@@ -143,11 +182,14 @@ def main() -> None:
             "paths": {"type": "list", "elements": "path", "default": []},
             "read": {"type": "list", "elements": "path", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
+            "compare_sha256": {"type": "dict", "default": {}, "no_log": True},
+            "globs": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     params = module.params
     files = {path: file_state(path) for path in params["paths"]}
+    files.update({path: compared_state(path, sha) for path, sha in params["compare_sha256"].items()})
     contents = {path: text for path in params["read"] if (text := read_text(path)) is not None}
     units: dict[str, dict[str, str]] = {}
     if params["units"]:
@@ -165,7 +207,9 @@ def main() -> None:
                 msg=f"vllm_fleet_host_state: systemctl show gave {len(units)} blocks for "
                 f"{len(params['units'])} units: {proc.stdout!r}"
             )
-    module.exit_json(changed=False, files=files, contents=contents, units=units)
+    module.exit_json(
+        changed=False, files=files, contents=contents, units=units, globbed=globbed_texts(params["globs"])
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,15 @@ def why_drifted(item: Mapping[str, Any], seen: Mapping[str, Any] | None) -> str:
     kind = item.get("state", "file")
     if seen.get("type") != kind:
         return f"is a {seen.get('type')}, not a {kind}"
-    if kind == "file" and "content" in item and seen.get("sha256") != content_sha256(str(item["content"])):
-        return "content differs"
+    if kind == "file" and "content" in item:
+        # A file compared on the host (a secret's digest never leaves it): only whether it matched.
+        same = (
+            bool(seen["sha256_matches"])
+            if "sha256_matches" in seen
+            else seen.get("sha256") == content_sha256(str(item["content"]))
+        )
+        if not same:
+            return "content differs"
     for key in ("owner", "group"):
         if key in item and str(item[key]) != str(seen.get(key)):
             return f"{key} {seen.get(key)}, not {item[key]}"

@@ -13,10 +13,11 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from vllm_fleet import hostvalues
+from vllm_fleet.deploy import filestate
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.flags import public_version
 from vllm_fleet.hostvalues import directive
@@ -140,6 +141,10 @@ class InstanceFiles:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+# What the restart decision reads of an instance (the looped-over copies carry no env_text).
+_FILE_KEYS = tuple(f.name for f in fields(InstanceFiles) if f.name != "env_text")
 
 
 def check_instance_name(name: str) -> str:
@@ -426,3 +431,123 @@ def parse_markers(text: str) -> dict[str, str]:
         if sep and rest.startswith(f"{MARKER_KEY}="):
             out[path] = rest.split("=", 1)[1].strip()
     return out
+
+
+def markers_of(unit_texts: Mapping[str, str]) -> dict[str, str]:
+    """{unit path: text} (the units a glob over the unit directory found) -> {unit path: instance} for the
+    units that carry the marker this role writes; other units are not this role's to remove."""
+    out = {}
+    for path, text in unit_texts.items():
+        for line in text.splitlines():
+            if line.startswith(f"{MARKER_KEY}="):
+                out[path] = line.split("=", 1)[1].strip()
+                break
+    return out
+
+
+def managed_items(
+    files: list[Mapping[str, Any]],
+    *,
+    dirs: list[Mapping[str, Any]],
+    home_root: str,
+    user: str,
+    group: str,
+) -> list[dict[str, Any]]:
+    """What the role keeps on the host besides the environment files (secrets: `env_items`), as items for
+    `vllm_fleet.deploy.filestate.drifted`: the directories `dirs`, each instance's home below `home_root`,
+    its plan and its unit; each with "kind" (directory, plan, unit) and the instance's "name"."""
+    items: list[dict[str, Any]] = [{**d, "state": "directory", "kind": "directory", "name": ""} for d in dirs]
+    items += [
+        {
+            "path": f"{home_root}/{f['name']}",
+            "state": "directory",
+            "owner": user,
+            "group": group,
+            "mode": "0750",
+            "kind": "directory",
+            "name": f["name"],
+        }
+        for f in files
+    ]
+    for kind, path_key, text_key in (("plan", "plan_path", "plan_text"), ("unit", "unit_path", "unit_text")):
+        items += [
+            {
+                "path": f[path_key],
+                "state": "file",
+                "content": f[text_key],
+                "owner": "root",
+                "group": "root",
+                "mode": "0644",
+                "kind": kind,
+                "name": f["name"],
+                "unit_name": f["unit_name"],
+            }
+            for f in files
+        ]
+    return items
+
+
+def env_items(files: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each instance's EnvironmentFile as an item for `filestate.drifted` (root, 0600). Holds the secrets:
+    only ever looped over by a no_log task, and compared on the host (`env_sha256`)."""
+    return [
+        {
+            "path": f["env_path"],
+            "content": f["env_text"],
+            "owner": "root",
+            "group": "root",
+            "mode": "0600",
+            "name": f["name"],
+        }
+        for f in files
+    ]
+
+
+def env_sha256(files: list[Mapping[str, Any]]) -> dict[str, str]:
+    """EnvironmentFile path -> the sha256 of its text, for the host to compare (it never returns its own)."""
+    return {f["env_path"]: filestate.content_sha256(str(f["env_text"])) for f in files}
+
+
+def decide(
+    files: list[Mapping[str, Any]],
+    host_state: Mapping[str, Any],
+    *,
+    items: list[Mapping[str, Any]],
+    unit_glob: str = "",
+) -> dict[str, Any]:
+    """One read of the host (the module vllm_fleet_host_state: the stat and sha256 of `items`' paths, the
+    text of each digest file, the units' states, the units `unit_glob` matches) -> what the role does, each
+    empty on a converged host (issue 21): the items to write ("writes", with "drift": why), the instances to
+    (re)start ("restart": a changed digest, a unit not running, or a unit file that drifted), the instances
+    that left the layout ("stale"), the units to enable ("enable"), and whether systemd holds outdated unit
+    definitions already ("reload": a run interrupted before its daemon-reload)."""
+    contents = host_state.get("contents") or {}
+    units = host_state.get("units") or {}
+    missing = [f["unit_name"] for f in files if f["unit_name"] not in units]
+    if missing:
+        raise FleetInputError(
+            f"vllm_service: the host's state holds no systemd state of {', '.join(missing)}; pass every "
+            "unit_name to the units of vllm_fleet.serving.vllm_fleet_host_state"
+        )
+    writes = filestate.drifted(list(items), host_state.get("files") or {})
+    applied = {f["name"]: contents[f["digest_path"]] for f in files if f["digest_path"] in contents}
+    active = {f["name"]: units[f["unit_name"]].get("ActiveState", "") for f in files}
+    instances = [InstanceFiles(**{"env_text": "", **{k: f[k] for k in _FILE_KEYS}}) for f in files]
+    restart = with_drifted(
+        restart_list(instances, applied, active),
+        [(w["name"], w["unit_name"]) for w in writes if w.get("kind") == "unit"],
+    )
+    stale = (
+        stale_instances(
+            markers_of((host_state.get("globbed") or {}).get(unit_glob) or {}), [f["name"] for f in files]
+        )
+        if unit_glob
+        else []
+    )
+    return {
+        "writes": writes,
+        "restart": restart,
+        "stale": stale,
+        "enable": [f["unit_name"] for f in files if units[f["unit_name"]].get("UnitFileState") != "enabled"],
+        "reload": any(units[f["unit_name"]].get("NeedDaemonReload") == "yes" for f in files),
+    }
