@@ -8,18 +8,13 @@ from ansible.errors import AnsibleFilterError
 
 from vllm_fleet.deploy import filestate
 from vllm_fleet.deploy.service import (
-    InstanceFiles,
     ServiceOptions,
     decide,
     env_items,
     env_sha256,
     instance_files,
     managed_items,
-    parse_markers,
-    restart_list,
     shm_shortfall,
-    stale_instances,
-    with_drifted,
 )
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.flags import public_version
@@ -50,13 +45,6 @@ def vllm_service_files(
         raise AnsibleFilterError(f"vllm_service: {exc}") from exc
 
 
-def vllm_service_restart_list(
-    files: list[dict[str, Any]], applied: dict[str, str], active: dict[str, str]
-) -> list[dict[str, str]]:
-    # the looped-over copies carry no env_text (secrets stay out of loop results)
-    return restart_list([InstanceFiles(**{"env_text": "", **f}) for f in files], applied or {}, active or {})
-
-
 def vllm_service_shm_shortfall(findmnt_size: str, host_plan: dict[str, Any]) -> str:
     """`findmnt -bn -o SIZE --mountpoint /dev/shm` (the top mount last) -> '' or why the tiers do not fit."""
     try:
@@ -70,18 +58,6 @@ def vllm_service_shm_shortfall(findmnt_size: str, host_plan: dict[str, Any]) -> 
 def vllm_service_same_release(installed: str, planned: str) -> bool:
     """Whether the installed vLLM (0.32.0+cpu) is the planned release (0.32.0): public parts compared."""
     return bool(installed) and public_version(installed) == public_version(planned)
-
-
-def vllm_service_with_drifted(
-    todo: list[dict[str, str]], unit_writes: list[dict[str, Any]]
-) -> list[dict[str, str]]:
-    """The restart list plus the instances whose unit file the write changed (`register` of the copy loop)."""
-    drifted = [(r["item"]["name"], r["item"]["unit_name"]) for r in unit_writes or [] if r.get("changed")]
-    return with_drifted(list(todo or []), drifted)
-
-
-def vllm_service_stale(markers_text: str, wanted: list[str]) -> list[str]:
-    return stale_instances(parse_markers(markers_text or ""), list(wanted or []))
 
 
 def vllm_service_managed(
@@ -133,10 +109,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_service_files": vllm_service_files,
-            "vllm_service_restart_list": vllm_service_restart_list,
-            "vllm_service_stale": vllm_service_stale,
             "vllm_service_same_release": vllm_service_same_release,
-            "vllm_service_with_drifted": vllm_service_with_drifted,
             "vllm_service_shm_shortfall": vllm_service_shm_shortfall,
             "vllm_service_managed": vllm_service_managed,
             "vllm_service_env_sha256": vllm_service_env_sha256,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from vllm_fleet.deploy.service import shm_shortfall
+from vllm_fleet.deploy.service import shm_shortfall, with_drifted
 from vllm_fleet.plan.build import build_host_plan
 from vllm_fleet.probe.topology import build_topology_from_dir
 
@@ -73,15 +73,8 @@ def test_the_filter_reads_findmnt_and_the_plan() -> None:
 def test_a_unit_file_rewritten_on_the_host_restarts_its_instance() -> None:
     """A unit whose recorded digest matches but whose file had to be rewritten (hand-edited, another tool's)
     does not run the plan: it joins the restart list, once."""
-    path = ROOT / "plugins" / "filter" / "vllm_service.py"
-    spec = importlib.util.spec_from_file_location("vllm_service_filters_drift", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    writes = [
-        {"changed": True, "item": {"name": "i0", "unit_name": "vllm-fleet-i0.service"}},
-        {"changed": False, "item": {"name": "i1", "unit_name": "vllm-fleet-i1.service"}},
-    ]
-    todo = module.vllm_service_with_drifted([], writes)
+    drifted = [("i0", "vllm-fleet-i0.service")]  # the unit files that differ from the plan on the host
+    todo = with_drifted([], drifted)
     assert todo == [
         {
             "name": "i0",
@@ -91,4 +84,4 @@ def test_a_unit_file_rewritten_on_the_host_restarts_its_instance() -> None:
         }
     ]
     already = [{"name": "i0", "unit": "vllm-fleet-i0.service", "action": "started", "why": "it is failed"}]
-    assert module.vllm_service_with_drifted(already, writes) == already
+    assert with_drifted(already, drifted) == already

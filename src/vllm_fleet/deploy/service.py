@@ -423,16 +423,6 @@ def stale_instances(unit_markers: Mapping[str, str], wanted: list[str]) -> list[
     return sorted({name for name in unit_markers.values() if name and name not in set(wanted)})
 
 
-def parse_markers(text: str) -> dict[str, str]:
-    """`grep -H '^X-VllmFleet-Instance=' <units>` output -> {unit path: instance}."""
-    out = {}
-    for line in text.splitlines():
-        path, sep, rest = line.partition(":")
-        if sep and rest.startswith(f"{MARKER_KEY}="):
-            out[path] = rest.split("=", 1)[1].strip()
-    return out
-
-
 def markers_of(unit_texts: Mapping[str, str]) -> dict[str, str]:
     """{unit path: text} (the units a glob over the unit directory found) -> {unit path: instance} for the
     units that carry the marker this role writes; other units are not this role's to remove."""
