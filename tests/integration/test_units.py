@@ -25,7 +25,7 @@ from vllm_fleet.deploy.service import (
     env_file_text,
     exec_start_lines,
     instance_files,
-    parse_markers,
+    markers_of,
     restart_list,
     stale_instances,
 )
@@ -212,12 +212,12 @@ def test_restart_only_what_changed_or_is_down() -> None:
 
 
 def test_stale_units_are_the_instances_no_longer_in_the_layout() -> None:
-    text = (
-        "/etc/systemd/system/vllm-fleet-i0.service:X-VllmFleet-Instance=i0\n"
-        "/etc/systemd/system/vllm-fleet-i1.service:X-VllmFleet-Instance=i1\n"
-        "grep: /etc/systemd/system/vllm-fleet-*.service: No such file or directory\n"
-    )
-    markers = parse_markers(text)
+    units = {  # what the role's one read returns for its glob over the unit directory
+        "/etc/systemd/system/vllm-fleet-i0.service": "[Unit]\nX-VllmFleet-Instance=i0\n",
+        "/etc/systemd/system/vllm-fleet-i1.service": "[Unit]\nX-VllmFleet-Instance=i1\n",
+        "/etc/systemd/system/vllm-fleet-tuning.service": "[Unit]\nDescription=not an instance\n",
+    }
+    markers = markers_of(units)
     assert markers == {
         "/etc/systemd/system/vllm-fleet-i0.service": "i0",
         "/etc/systemd/system/vllm-fleet-i1.service": "i1",
