@@ -6,7 +6,8 @@ vllm_fleet.serving can only come from the venv's site-packages. The playbook imp
 `vllm_fleet.serving.vllm_verify` on its own, against the session's shared installed lab host
 (tests/integration/conftest.py: no new lab, no new vLLM install).
 
-It passes when the run converges and verifies the host (rc 0, every verify report ok, the verdict in the
+The user's inventory pins vLLM by its minor release (`vllm_install_version: "0.32"`, the lab installed
+0.32.0). It passes when the run converges and verifies the host (rc 0, every verify report ok, the verdict in the
 custom stats) and every report lands in <that folder>/reports (vllm_fleet_report_dir's default: the current
 directory's reports/), none in site-packages and none in the clone.
 """
@@ -59,6 +60,12 @@ def test_a_playbook_outside_the_clone_converges_and_verifies_the_lab_host(
     user = tmp_path / "user"
     # the lab's inventory (hosts, connection, the lab's variables), copied: nothing is read from the clone
     shutil.copytree(installed_lab.inventory, user / "inventory", ignore=shutil.ignore_patterns("examples"))
+    # a user pins the minor release (issue 15's "0.11" pin): PEP 440 makes it the installed 0.32.0, so the run
+    # installs nothing and plans what the exact pin plans (a manual lab run also installed from it)
+    lab_vars = user / "inventory" / "group_vars" / "lab" / "vllm.yml"
+    exact = 'vllm_install_version: "0.32.0"'
+    assert exact in lab_vars.read_text(encoding="utf-8")
+    lab_vars.write_text(lab_vars.read_text(encoding="utf-8").replace(exact, 'vllm_install_version: "0.32"'))
     (user / "site.yml").write_text(PLAYBOOK, encoding="utf-8")
     (user / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\n", encoding="utf-8")
     bindir = wheel_venv / "bin"
