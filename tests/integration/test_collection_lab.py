@@ -7,9 +7,9 @@ vllm_fleet.serving can only come from the venv's site-packages. The playbook imp
 (tests/integration/conftest.py: no new lab, no new vLLM install).
 
 The user's inventory pins vLLM by its minor release (`vllm_install_version: "0.32"`, the lab installed
-0.32.0). It passes when the run converges and verifies the host (rc 0, every verify report ok, the verdict in the
-custom stats) and every report lands in <that folder>/reports (vllm_fleet_report_dir's default: the current
-directory's reports/), none in site-packages and none in the clone.
+0.32.0). It passes when the run converges and verifies the host (rc 0, every verify report ok, the verdict in
+the custom stats) and every report lands in <that folder>/reports (vllm_fleet_report_dir's default: the
+current directory's reports/), none in site-packages and none in the clone.
 """
 
 from __future__ import annotations
