@@ -15,7 +15,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 COLLECTION = ("ansible_collections", "vllm_fleet", "serving")
 # what galaxy.yml's build_ignore leaves in the Galaxy artifact (the test compares the two file lists)
-FILES = ("galaxy.yml", "README.md", "LICENSE", "CHANGELOG.md", "site.yml")
+FILES = ("galaxy.yml", "README.md", "LICENSE", "CHANGELOG.md", "site.yml", "requirements.txt", "bindep.txt")
 FOLDERS = ("meta", "plugins", "roles", "playbooks", "docs")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
 

@@ -107,6 +107,22 @@ def test_the_artifact_holds_the_content_and_nothing_of_the_clone(installed: dict
     assert not [n for n in names if "__pycache__" in n]
 
 
+def test_an_image_build_finds_the_library_the_plugins_import(installed: dict[str, Path]) -> None:
+    """meta/execution-environment.yml is the collection's EE metadata, which ansible-builder introspects in
+    every collection of an image: requirements.txt pins the library of this very version (a Galaxy install
+    alone has no `vllm_fleet` to import), bindep.txt the controller's ssh."""
+    pinned = f"{PYPROJECT['project']['name']}=={PYPROJECT['project']['version']}"
+    shipped = installed["cols"] / "ansible_collections" / "vllm_fleet" / "serving" / "requirements.txt"
+    assert [ln for ln in shipped.read_text().splitlines() if ln and not ln.startswith("#")] == [pinned]
+    out = subprocess.run(
+        [str(BIN / "ansible-builder"), "introspect", str(installed["cols"])],
+        cwd=installed["work"], capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"{pinned}  # from collection {FQCN}" in out.stdout, out.stdout
+    assert f"openssh-client [platform:dpkg]  # from collection {FQCN}" in out.stdout, out.stdout
+
+
 def _doc_list(installed: dict[str, Path], kind: str) -> dict:
     env = {
         **os.environ,

@@ -1,5 +1,7 @@
-"""meta/execution-environment.yml: `ansible-builder create` accepts it, and its build context installs the
-wheel that `uv build` makes of this checkout, with the ansible-core lines pyproject.toml supports.
+"""execution-environment.yml (the project's image definition): `ansible-builder create` accepts it, and its
+build context installs the wheel that `uv build` makes of this checkout, with the ansible-core lines
+pyproject.toml supports. (meta/execution-environment.yml is the collection's own EE metadata:
+test_collection.py introspects it.)
 
 No image is built here (no container engine on the test machine): `create` is ansible-builder's own check of
 the definition (schema, files it copies) and writes the Dockerfile that a build would run.
@@ -19,8 +21,8 @@ BIN = Path(sys.executable).parent
 
 def test_ansible_builder_creates_a_context_that_installs_the_wheel(tmp_path: Path) -> None:
     project = tmp_path / "project"
-    (project / "meta").mkdir(parents=True)
-    shutil.copy(ROOT / "meta" / "execution-environment.yml", project / "meta")
+    project.mkdir()
+    shutil.copy(ROOT / "execution-environment.yml", project)
     built = subprocess.run(
         [str(BIN / "uv"), "build", "--wheel", "--out-dir", str(project / "dist"), str(ROOT)],
         capture_output=True, text=True, timeout=600, check=False,
@@ -29,7 +31,7 @@ def test_ansible_builder_creates_a_context_that_installs_the_wheel(tmp_path: Pat
     wheel = next((project / "dist").glob("vllm_fleet-*.whl"))
     context = tmp_path / "context"
     created = subprocess.run(
-        [str(BIN / "ansible-builder"), "create", "-f", "meta/execution-environment.yml", "-c", str(context)],
+        [str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml", "-c", str(context)],
         cwd=project, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
