@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,19 @@ def test_missing_and_invalid_config_exit_2(tmp_path: Path) -> None:
                     "--kv-cache-dtype", "int3",
                     "--max-model-len", "4096")  # fmt: skip
     assert bad_dtype.returncode == 2 and "'int3' is not a vLLM kv-cache dtype" in bad_dtype.stderr
+
+
+def test_inventory_plans_from_any_working_directory(tmp_path: Path) -> None:
+    """The roles' defaults call the collection's filters (vllm_fleet_report_dir): `plan --inventory` finds the
+    collection where this project is, not through the working directory's ansible.cfg (README's tour runs it
+    in a copy of the checkout; a user runs it anywhere)."""
+    inventory = Path(__file__).resolve().parents[2] / "inventory" / "examples" / "seed-4x4090"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    # no copy elsewhere may answer (molecule's prerun leaves one in ~/.ansible/collections)
+    env.update(HOME=str(tmp_path), ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "none"))
+    out = subprocess.run(
+        [str(CLI), "plan", "--inventory", str(inventory), "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout)["hosts"]["seed-4090"]["instances"]

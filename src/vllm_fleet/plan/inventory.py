@@ -104,6 +104,14 @@ def facts_topology(host: str, variables: Mapping[str, Any], probe_dir: Path) -> 
     )
 
 
+def collections_paths_of(project_dir: Path) -> list[str]:
+    """The collections path that holds vllm_fleet.serving for this project: a clone holds itself
+    (ansible_collections/vllm_fleet/serving -> ../..), an installed collection sits three levels down in
+    one (site-packages/ansible_collections/vllm_fleet/serving)."""
+    candidates = [project_dir, *project_dir.parents[2:3]]
+    return [str(c) for c in candidates if (c / "ansible_collections" / "vllm_fleet" / "serving").is_dir()]
+
+
 def plan_inventory(
     inventory: str, *, project_dir: Path, limit: str | None = None, probe_dir: Path | None = None
 ) -> dict[str, HostPlan]:
@@ -114,8 +122,10 @@ def plan_inventory(
     from ansible.template import Templar
     from ansible.vars.manager import VariableManager
 
-    # ansible-playbook does this in CLI.run; without it even ansible.builtin lookups are "not found".
-    init_plugin_loader()
+    # ansible-playbook does this in CLI.run; without it even ansible.builtin lookups are "not found". The
+    # roles' defaults call the collection's own filters (vllm_fleet.serving.vllm_fleet_report_dir): find it
+    # where this project is, whatever the working directory's ansible.cfg says.
+    init_plugin_loader(collections_paths_of(project_dir))
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[inventory])
     if limit:
