@@ -4,27 +4,20 @@ a real `systemctl show` text layout, and the filter vllm_fleet_drifted that comp
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from pluginload import load_plugin
 
 from vllm_fleet.deploy import filestate
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MODULE = _load(REPO / "plugins" / "modules" / "vllm_fleet_host_state.py", "host_state_under_test")
-FILTER = _load(REPO / "plugins" / "filter" / "vllm_fleet_state.py", "state_filter_under_test")
+MODULE = load_plugin(REPO / "plugins" / "modules" / "vllm_fleet_host_state.py", "host_state_under_test")
+FILTER = load_plugin(REPO / "plugins" / "filter" / "vllm_fleet_state.py", "state_filter_under_test")
 
 
 def test_file_state_reads_stat_and_sha256(tmp_path: Path) -> None:

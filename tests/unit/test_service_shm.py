@@ -5,11 +5,11 @@ two stacked tmpfs mounts on the H200 guest; a systemd-nspawn lab host's 10 % of 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from pluginload import load_plugin
 
 from vllm_fleet.deploy.service import shm_shortfall, with_drifted
 from vllm_fleet.plan.build import build_host_plan
@@ -23,11 +23,7 @@ H200X2 = ROOT / "tests" / "fixtures" / "topology" / "recorded" / "h200x2"
 
 
 def _filters():
-    path = ROOT / "plugins" / "filter" / "vllm_service.py"
-    spec = importlib.util.spec_from_file_location("vllm_service_filters", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_plugin(ROOT / "plugins" / "filter" / "vllm_service.py", "vllm_service_filters")
 
 
 def _filter():

@@ -4,13 +4,13 @@ back by the module vllm_fleet_host_state's own readers, then decided on the cont
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from pluginload import load_plugin
 
 from vllm_fleet.deploy import filestate
 from vllm_fleet.deploy.service import env_items, env_sha256, managed_items, markers_of
@@ -22,15 +22,8 @@ H200X2 = ROOT / "tests" / "fixtures" / "topology" / "recorded" / "h200x2"
 SECRET = "sk-lab-0123456789"
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MODULE = _load(ROOT / "plugins" / "modules" / "vllm_fleet_host_state.py", "host_state_for_service")
-FILTERS = _load(ROOT / "plugins" / "filter" / "vllm_service.py", "service_filters_for_state")
+MODULE = load_plugin(ROOT / "plugins" / "modules" / "vllm_fleet_host_state.py", "host_state_for_service")
+FILTERS = load_plugin(ROOT / "plugins" / "filter" / "vllm_service.py", "service_filters_for_state")
 
 
 class Host:
