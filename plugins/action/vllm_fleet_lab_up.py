@@ -22,6 +22,7 @@ ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
     "hosts": {"type": "list", "elements": "str", "required": True},
     "timeout": {"type": "int", "default": 3600},
+    "preinstalled_vllm": {"type": "bool", "default": False},
 }
 # A worker's display calls go through Ansible's result queue to the terminal as they happen.
 display = Display()
@@ -36,6 +37,8 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(ARGUMENT_SPEC)
         argv = [args["cli"], "lab", "up", "--name", args["name"], "--json"]
         argv += [f"--host={host}" for host in args["hosts"]]
+        if args["preinstalled_vllm"]:
+            argv.append("--preinstalled-vllm")
         try:
             proc = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True

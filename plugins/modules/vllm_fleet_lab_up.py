@@ -28,6 +28,14 @@ options:
     description: Seconds after which C(lab up) is stopped (it tears down what it created).
     type: int
     default: 3600
+  preinstalled_vllm:
+    description:
+      - Start the hosts with the vLLM venv that C(vllm-fleet lab save-vllm) saved for the lab's wheelhouse,
+        when there is one (C(lab up --preinstalled-vllm)), so that the vllm_install role finds vLLM installed
+        and pip does not run. For tests of what comes after the install; without a saved venv the hosts start
+        without one.
+    type: bool
+    default: false
 author:
   - vllm-fleet
 """

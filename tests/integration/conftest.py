@@ -6,7 +6,10 @@ playbooks/install.yml. When README's main job (site.yml) has left it up and inst
 
 Installing vLLM is the slowest part of a lab test (2.5 GB venv, 3-4 min on two cores), so every test that
 only needs "a lab host with vLLM installed" shares this one (`installed_lab`) instead of booting and
-installing its own. Tests that need hosts of their own keep them: a fresh host (test_install_lab's check
+installing its own. The venv it installed is then saved in the lab cache (`vllm-fleet lab save-vllm`), and the
+multi-host labs that test what comes after the install (test_rollout_lab, molecule/default) start with it
+(`lab up --preinstalled-vllm`): their vllm_install role finds vLLM installed. pip itself runs here and in
+molecule/install. Tests that need hosts of their own keep them: a fresh host (test_install_lab's check
 mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios.
 
 The tests that use it run one after the other (the collection is reordered so: they move up to where the
@@ -114,6 +117,11 @@ def installed_lab():
         assert install.returncode == 0, install.stdout[-4000:]
         install_s = time.monotonic() - started
         print(f"shared installed lab {SHARED_LAB}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
+        # The venv vllm_install just installed, for the lab hosts of the tests that come after the install
+        # (`lab up --preinstalled-vllm`: rollouts, molecule's whole-site scenario): no pip on their 5 hosts.
+        save = _run([cli, "lab", "save-vllm", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1"], timeout=600)
+        assert save.returncode == 0, save.stdout + save.stderr
+        print(save.stdout.strip())
         yield InstalledLab(INVENTORY, round(up_s, 1), round(install_s, 1))
     finally:
         _tear_down_shared_lab()  # a no-op when the hook above took it down already

