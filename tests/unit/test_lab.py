@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -283,3 +285,34 @@ def test_saved_tree_is_an_overlay_layer_copied_once(tmp_path: Path):
 def test_save_vllm_refuses_a_lab_that_is_not_up(tmp_path: Path):
     with pytest.raises(FleetInputError, match="lab 'nolab' is not up"):
         lab_run.save_vllm("nolab", "nolab-1", "/opt/vllm-fleet/venv", root=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("host_vars", "expected"),
+    [
+        ({}, "inventory host bad-1 is in group lab but vllm_fleet_lab_name is not set"),
+        (
+            {"vllm_fleet_lab_name": "bad", "vllm_fleet_lab_preinstalled_vllm": "maybe"},
+            "inventory host bad-1 has vllm_fleet_lab_preinstalled_vllm=maybe: set it to true",
+        ),
+    ],
+)
+def test_lab_playbook_refuses_bad_lab_variables_before_any_lab_is_touched(
+    tmp_path: Path, host_vars, expected
+):
+    """playbooks/lab.yml run by ansible-playbook: its checks come before `lab status` and `lab up`."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"lab": {"hosts": {"bad-1": host_vars}}}}}))
+    bin_dir = Path(sys.executable).parent
+    result = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", str(inventory), "playbooks/lab.yml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_NOCOLOR": "1"},
+    )
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert expected in result.stdout
+    assert "Read the state of each lab" not in result.stdout
