@@ -26,6 +26,7 @@ teardown), e.g. the one `vllm-fleet lab up --name X --inventory FILE` plus insta
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from vllm_fleet.lab import build as lab_build
+from vllm_fleet.lab import spec as lab
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -50,6 +54,9 @@ class InstalledLab:
     inventory: Path
     up_s: float
     install_s: float
+    saved_venv: Path | None = (
+        None  # its venv in the lab cache (`lab save-vllm`), for `lab up --preinstalled-vllm`
+    )
 
 
 def _env() -> dict[str, str]:
@@ -119,9 +126,26 @@ def installed_lab():
         print(f"shared installed lab {SHARED_LAB}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
         # The venv vllm_install just installed, for the lab hosts of the tests that come after the install
         # (`lab up --preinstalled-vllm`: rollouts, molecule's whole-site scenario): no pip on their 5 hosts.
-        save = _run([cli, "lab", "save-vllm", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1"], timeout=600)
+        save = _run(
+            [cli, "lab", "save-vllm", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1", "--json"],
+            timeout=600,
+        )
         assert save.returncode == 0, save.stdout + save.stderr
-        print(save.stdout.strip())
-        yield InstalledLab(INVENTORY, round(up_s, 1), round(install_s, 1))
+        saved = json.loads(save.stdout)
+        print(f"its venv {'saved' if saved['changed'] else 'was saved already'}: {saved['path']}")
+        yield InstalledLab(INVENTORY, round(up_s, 1), round(install_s, 1), Path(saved["path"]))
     finally:
         _tear_down_shared_lab()  # a no-op when the hook above took it down already
+
+
+@pytest.fixture(scope="session")
+def saved_vllm(installed_lab) -> Path:
+    """The venv vllm_install installed on the shared lab host, as the lab cache keeps it (`lab save-vllm`)."""
+    if installed_lab.saved_venv is not None:
+        return installed_lab.saved_venv
+    cache = lab.lab_root() / "cache"
+    if not lab_build.is_cached(cache, lab_build.installed_vllm_name()):
+        pytest.fail(
+            f"no saved vLLM venv in {cache}: `vllm-fleet lab save-vllm` from the lab {REUSE_ENV} names"
+        )
+    return cache / lab_build.installed_vllm_name()
