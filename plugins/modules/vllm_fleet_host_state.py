@@ -96,6 +96,14 @@ options:
     description: The largest file, in bytes, whose contents O(trees) compares.
     type: int
     default: 1048576
+  commands:
+    description:
+      - Name -> a read-only shell command (C(/bin/sh -c)), each run in turn; RV(commands) holds its status,
+        stdout and stderr (status 127 - not found - for a missing binary). For the fixed probe commands of
+        the gpu_topology_facts action (one round trip for all of them); never a command built from the
+        inventory.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -151,6 +159,10 @@ venv:
   returned: always
 trees:
   description: Destination of O(trees) -> C(same) (true or false) and C(why) (the first difference found).
+  type: dict
+  returned: always
+commands:
+  description: Name of O(commands) -> C(rc), C(stdout), C(stderr).
   type: dict
   returned: always
 """
@@ -323,6 +335,14 @@ def tree_same(dest: str, src: str, hash_limit: int) -> dict:
     return {"same": True, "why": ""}
 
 
+def run_commands(commands: dict[str, str], run=subprocess.run) -> dict[str, dict]:
+    out = {}
+    for name, command in commands.items():
+        proc = run(["/bin/sh", "-c", str(command)], capture_output=True, text=True, check=False)
+        out[name] = {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    return out
+
+
 def parse_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
     """`systemctl show -p A,B u1 u2` prints one block of KEY=value lines per unit, blank-line separated,
     in the order asked."""
@@ -348,6 +368,7 @@ def main() -> None:
             "venv_globs": {"type": "list", "elements": "str", "default": []},
             "trees": {"type": "dict", "default": {}},
             "tree_hash_limit": {"type": "int", "default": 1048576},
+            "commands": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -380,6 +401,7 @@ def main() -> None:
         globbed=globbed_texts(params["globs"]),
         accounts=accounts(params["users"], params["groups"]),
         venv=venv_state(params["venv"], params["venv_globs"]) if params["venv"] else {},
+        commands=run_commands(params["commands"]),
         trees={
             dest: tree_same(dest, str(src), params["tree_hash_limit"])
             for dest, src in params["trees"].items()
