@@ -34,28 +34,36 @@ ARGUMENT_SPEC = {
 }
 
 
+HOST_STATE_KEY = "host-state"  # the role's host-state command, beside the recorded commands
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True
 
-    def _run_command(self, cmd: str, task_vars: dict) -> tuple[int | None, str, str]:
-        """(rc, stdout, stderr); rc None when the command does not exist on the host.
+    def _run_commands(
+        self, commands: dict[str, str], task_vars: dict
+    ) -> dict[str, tuple[int | None, str, str]]:
+        """Name -> (rc, stdout, stderr) of each command, all in one module call (one round trip, issue 21);
+        rc None when the command does not exist on the host.
 
         Through /bin/sh, so that a missing binary is the status 127 (the sysfs read needs a glob anyway);
         the commands are fixed strings of vllm_fleet.probe.topology, nothing from the inventory.
         """
         res = self._execute_module(
-            module_name="ansible.builtin.command",
-            module_args={"_raw_params": cmd, "_uses_shell": True},
+            module_name="vllm_fleet.serving.vllm_fleet_host_state",
+            module_args={"commands": commands},
             task_vars=task_vars,
         )
-        rc = res.get("rc")
-        stderr = res.get("stderr") or ""
-        if rc is None:
-            raise AnsibleActionFail(f"could not run {cmd!r} on the host: {res.get('msg')}")
-        if rc == 127:
-            return None, "", stderr
-        return rc, res.get("stdout") or "", stderr
+        ran = res.get("commands")
+        if res.get("failed") or not isinstance(ran, dict):
+            raise AnsibleActionFail(f"could not run the probe commands on the host: {res.get('msg')}")
+        out: dict[str, tuple[int | None, str, str]] = {}
+        for name in commands:
+            got = ran.get(name) or {}
+            rc, stderr = got.get("rc"), got.get("stderr") or ""
+            out[name] = (None, "", stderr) if rc == 127 else (rc, got.get("stdout") or "", stderr)
+        return out
 
     def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -69,17 +77,19 @@ class ActionModule(ActionBase):
                 notes = [f"planned from recorded outputs in {args['recorded_dir']}, not from this host"]
                 source = f"recorded: {args['recorded_dir']}"
             else:
-                results = []
-                for name, cmd in RECORDED_COMMANDS.items():
-                    rc, out, err = self._run_command(cmd, task_vars)
-                    results.append(CommandResult(name=name, rc=rc, stdout=out, stderr=err))
+                commands = dict(RECORDED_COMMANDS)
+                if args.get("host_state_cmd"):
+                    commands[HOST_STATE_KEY] = args["host_state_cmd"]
+                ran = self._run_commands(commands, task_vars)
+                results = [
+                    CommandResult(name=name, rc=ran[name][0], stdout=ran[name][1], stderr=ran[name][2])
+                    for name in RECORDED_COMMANDS
+                ]
                 inputs = select_outputs(results)
                 texts, notes = inputs.texts, inputs.notes
                 source = "probed live"
-                if args.get("host_state_cmd"):
-                    rc, out, _ = self._run_command(args["host_state_cmd"], task_vars)
-                    if rc == 0:
-                        host_state = parse_host_state(out)
+                if HOST_STATE_KEY in ran and ran[HOST_STATE_KEY][0] == 0:
+                    host_state = parse_host_state(ran[HOST_STATE_KEY][1])
             topology = build_topology_from_texts(texts)
             config = args.get("model_config") or {}
             layout = None

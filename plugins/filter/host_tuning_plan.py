@@ -7,6 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from vllm_fleet import hostvalues
+from vllm_fleet.deploy import tuning_state
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.tuning import (
@@ -94,6 +95,23 @@ def host_tuning_plan(state_text: str, host_plan: dict[str, Any], options: dict[s
     }
 
 
+def host_tuning_decide(
+    tuning: dict[str, Any],
+    managed: list[dict[str, Any]],
+    state: dict[str, Any],
+    grub_dropin: str,
+    grub_text: str,
+    apply_runtime: bool,
+) -> dict[str, Any]:
+    """What the role changes on the host, from one read of it; every item empty or false when converged."""
+    try:
+        return tuning_state.decide_host(
+            tuning, managed, state, grub_dropin=grub_dropin, grub_text=grub_text, apply_runtime=apply_runtime
+        )
+    except FleetInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"host_tuning_plan": host_tuning_plan}
+        return {"host_tuning_plan": host_tuning_plan, "host_tuning_decide": host_tuning_decide}

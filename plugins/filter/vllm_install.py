@@ -65,6 +65,36 @@ def vllm_install_model_config(content_b64: str, where: str) -> dict[str, Any]:
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def vllm_install_host_read(
+    model: dict[str, Any],
+    venv: str,
+    home: str,
+    wheelhouse: str = "",
+    package: str = "vllm",
+    alias: str = "auto",
+) -> dict[str, Any]:
+    """The options of the role's one vllm_fleet_host_state call (users and groups are added by the task)."""
+    return vllm_install.host_read(
+        model, venv=venv, home=home, wheelhouse=wheelhouse, package=package, alias=alias
+    )
+
+
+def vllm_install_host_decide(
+    plan: dict[str, Any],
+    model: dict[str, Any],
+    state: dict[str, Any],
+    user: str,
+    group: str,
+    home: str,
+    venv: str,
+) -> dict[str, Any]:
+    """What the role does on the host, from one read of it; empty on a converged host."""
+    try:
+        return vllm_install.decide_host(plan, model, state, user=user, group=group, home=home, venv=venv)
+    except FleetInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -73,4 +103,6 @@ class FilterModule:
             "vllm_install_decide": vllm_install_decide,
             "vllm_install_model_plan": vllm_install_model_plan,
             "vllm_install_model_config": vllm_install_model_config,
+            "vllm_install_host_read": vllm_install_host_read,
+            "vllm_install_host_decide": vllm_install_host_decide,
         }

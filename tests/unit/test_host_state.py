@@ -92,3 +92,12 @@ def test_drifted_missing_file_and_errors(tmp_path: Path) -> None:
         FILTER.vllm_fleet_drifted([{"path": gone}], {"files": {}})
     with pytest.raises(AnsibleFilterError, match="pass path_key="):
         FILTER.vllm_fleet_drifted([{"dest": gone}], {"files": {}})
+
+
+def test_commands_run_through_sh_with_their_status_output_and_a_missing_binary_as_127() -> None:
+    got = MODULE.run_commands(
+        {"ok": "printf 'a\\nb'", "fail": "echo no >&2; exit 3", "none": "no-such-binary-x"}
+    )
+    assert got["ok"] == {"rc": 0, "stdout": "a\nb", "stderr": ""}
+    assert got["fail"]["rc"] == 3 and got["fail"]["stderr"] == "no\n"
+    assert got["none"]["rc"] == 127

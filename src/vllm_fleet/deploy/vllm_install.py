@@ -8,15 +8,19 @@ air-gapped wheelhouse with its `requirements.lock`), whether the installed versi
 from __future__ import annotations
 
 import json
+import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from vllm_fleet.deploy import filestate
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.flags import public_version
+from vllm_fleet.plan.model_config import parse_model_config
 
 
 def normalize(name: str) -> str:
@@ -218,3 +222,171 @@ def plan_model(*, source: str, path: str, hub_repo: str, revision: str, copy: bo
             )
         return ModelPlan("hub", path.rstrip("/"), "", hub_repo, revision)
     return ModelPlan("none", path.rstrip("/"), "", "", "")
+
+
+# The account vllm_install keeps: a system user with this shell, its home created.
+NOLOGIN = "/usr/sbin/nologin"
+_ROOT_DIR = {"state": "directory", "owner": "root", "group": "root", "mode": "0755"}
+_ROOT_FILE = {"owner": "root", "group": "root", "mode": "0644"}
+
+
+def lock_path(wheelhouse: str) -> str:
+    return f"{wheelhouse.rstrip('/')}/requirements.lock" if wheelhouse else ""
+
+
+def model_marker(model: Mapping[str, Any]) -> str:
+    """The file a finished hub download leaves (its revision in the name)."""
+    return f"{model['path']}/.vllm-fleet-revision-{model['revision']}"
+
+
+def _dir_parents(model: Mapping[str, Any], venv: str) -> list[str]:
+    parents = [posixpath.dirname(venv.rstrip("/"))]
+    if model["mode"] in ("copy", "hub"):
+        parents.append(posixpath.dirname(model["path"]))
+    return list(dict.fromkeys(parents))
+
+
+def host_read(
+    model: Mapping[str, Any], *, venv: str, home: str, wheelhouse: str, package: str, alias: str
+) -> dict[str, Any]:
+    """The options of the one module call (vllm_fleet_host_state) that reads everything `decide_host` needs:
+    the directories the role creates and the user's home, the venv (by its own python), the alias
+    dist-infos, the wheelhouse lock, the model's config.json, its download marker or its copy's tree.
+    "lock" (not a module option) is the lock's path ("" without a wheelhouse)."""
+    wanted = dist_alias(package, "0", alias)
+    alias_name = wanted["name"] if wanted else None
+    paths = [*_dir_parents(model, venv), home]
+    read = [lock_path(wheelhouse)] if wheelhouse else []
+    trees: dict[str, str] = {}
+    if model["mode"] != "none":
+        read.append(f"{model['path']}/config.json")
+    if model["mode"] == "hub":
+        paths.append(model_marker(model))
+    if model["mode"] == "copy":
+        trees[model["path"]] = model["source"]
+    globs = [f"{alias_name}-*.dist-info", f"{alias_name}-*.dist-info/*"] if alias_name else []
+    return {
+        "paths": list(dict.fromkeys(paths)),
+        "read": read,
+        "venv": venv,
+        "venv_globs": globs,
+        "trees": trees,
+        "lock": lock_path(wheelhouse),
+    }
+
+
+def decide_host(
+    plan: Mapping[str, Any],
+    model: Mapping[str, Any],
+    state: Mapping[str, Any],
+    *,
+    user: str,
+    group: str,
+    home: str,
+    venv: str,
+) -> dict[str, Any]:
+    """One read of the host (the module vllm_fleet_host_state with the options of `host_read`, plus the
+    user and group) -> what vllm_install does there, every item empty or false on a converged host (issue 21):
+
+    - "group", "user": why the account must be (re)written ("" when it is as planned);
+    - "dirs": the directories to create or fix (filestate.drifted items, each with "drift");
+    - "venv": why the venv must be created (its python does not run), "pip": `decide`'s action, "installed":
+      the installed version (None: not installed);
+    - "alias_remove": older alias dist-infos to remove, "alias_writes": the alias directory and files that
+      differ (directory first), "alias_pending": the venv's site-packages is not known yet (no python);
+    - "model": "copy" or "download" (with "model_why"), or "";
+    - "model_config": the model's config.json (parsed) when the host has it, else {};
+    - "changes": one line per thing to do, [] when converged."""
+    files = state.get("files") or {}
+    cut = [p for p in state.get("truncated") or [] if p.endswith("/requirements.lock")]
+    if cut:
+        raise FleetInputError(
+            f"{cut[0]}: longer than the 64 KiB the host read returns; split the wheelhouse lock"
+        )
+    accounts = state.get("accounts") or {}
+    venv_seen = state.get("venv") or {}
+    changes: list[str] = []
+
+    group_seen = (accounts.get("groups") or {}).get(group) or {}
+    group_why = "" if group_seen.get("exists") else "missing"
+    user_seen = (accounts.get("users") or {}).get(user) or {}
+    user_why = ""
+    if not user_seen.get("exists"):
+        user_why = "missing"
+    else:
+        for key, want in (("group", group), ("home", home), ("shell", NOLOGIN)):
+            if user_seen.get(key) != want:
+                user_why = f"{key} {user_seen.get(key)}, not {want}"
+                break
+        else:
+            if not (files.get(home) or {}).get("exists"):
+                user_why = f"home {home} missing"
+    if group_why:
+        changes.append(f"group {group}: {group_why}")
+    if user_why:
+        changes.append(f"user {user}: {user_why}")
+
+    parents = _dir_parents(model, venv)  # a path the read left out counts as missing: written again
+    dirs = filestate.drifted(
+        [{"path": p, **_ROOT_DIR} for p in parents], {p: files.get(p) or {"exists": False} for p in parents}
+    )
+    changes += [f"{d['path']}: {d['drift']}" for d in dirs]
+
+    venv_why = "" if venv_seen.get("python") else (venv_seen.get("error") or "not read")
+    if venv_why:
+        changes.append(f"venv {venv}: {venv_why}")
+    distributions = venv_seen.get("distributions") or {}
+    installed = distributions.get(normalize(plan["package"])) if not venv_why else None
+    action = decide(installed, plan["version"])
+    if action != "ok":
+        changes.append(f"{plan['package']}: {action} ({installed or 'not installed'} -> {plan['version']})")
+
+    alias = plan.get("alias")
+    purelib = venv_seen.get("purelib") if not venv_why else None
+    alias_remove: list[str] = []
+    alias_writes: list[dict[str, Any]] = []
+    if alias and purelib:
+        here = f"{purelib.rstrip('/')}/{alias['dirname']}"
+        globbed = venv_seen.get("globbed") or {}
+        found = {**(globbed.get(f"{alias['name']}-*.dist-info") or {})}
+        inside = globbed.get(f"{alias['name']}-*.dist-info/*") or {}
+        alias_remove = sorted(p for p, seen in found.items() if p != here and seen.get("type") == "directory")
+        items = [
+            {"path": here, **_ROOT_DIR},
+            {"path": f"{here}/METADATA", "content": alias["metadata"], **_ROOT_FILE},
+            {"path": f"{here}/RECORD", "content": "", **_ROOT_FILE},
+        ]
+        seen_all = {**found, **inside}
+        alias_writes = filestate.drifted(
+            items, {i["path"]: seen_all.get(i["path"], {"exists": False}) for i in items}
+        )
+        changes += [f"remove the older alias {p}" for p in alias_remove]
+        changes += [f"{w['path']}: {w['drift']}" for w in alias_writes]
+
+    model_action, model_why = "", ""
+    if model["mode"] == "copy":
+        tree = (state.get("trees") or {}).get(model["path"]) or {}
+        if not tree.get("same"):
+            model_action, model_why = "copy", tree.get("why") or "not read"
+    elif model["mode"] == "hub" and not (files.get(model_marker(model)) or {}).get("exists"):
+        model_action, model_why = "download", f"no {posixpath.basename(model_marker(model))}"
+    if model_action:
+        changes.append(f"model {model['path']}: {model_action} ({model_why})")
+
+    config_path = f"{model['path']}/config.json"
+    config_text = (state.get("contents") or {}).get(config_path) if model["mode"] != "none" else None
+    return {
+        "group": group_why,
+        "user": user_why,
+        "dirs": dirs,
+        "venv": venv_why,
+        "pip": action,
+        "installed": installed,
+        "alias_remove": alias_remove,
+        "alias_writes": alias_writes,
+        "alias_pending": bool(alias) and not purelib,
+        "model": model_action,
+        "model_why": model_why,
+        "model_config": parse_model_config(config_text, config_path) if config_text is not None else {},
+        "changes": changes,
+    }
