@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -316,3 +317,12 @@ def test_lab_playbook_refuses_bad_lab_variables_before_any_lab_is_touched(
     assert result.returncode == 2, result.stdout[-2000:]
     assert expected in result.stdout
     assert "Read the state of each lab" not in result.stdout
+
+
+def test_save_vllm_refuses_a_lab_without_a_wheelhouse(tmp_path: Path):
+    plan = lab.plan_lab("nowh", ["nowh-1"], tmp_path)
+    state = {"plan": plan.to_dict(), "with_vllm": False, "status": "up", "artefacts": {"rootfs": "/x"}}
+    (tmp_path / "labs" / "nowh").mkdir(parents=True)
+    (tmp_path / "labs" / "nowh" / "state.json").write_text(json.dumps(state))
+    with pytest.raises(FleetInputError, match="--without-vllm"):
+        lab_run.save_vllm("nowh", "nowh-1", "/opt/vllm-fleet/venv", root=tmp_path)

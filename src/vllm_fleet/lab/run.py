@@ -500,7 +500,7 @@ def up(
             lowers = [rootfs.path]
             if with_vllm and preinstalled_vllm:
                 installed = cache / lab_build.installed_vllm_name()
-                if lab_build.is_cached(cache, installed.name):
+                if lab_build.is_cached(cache, installed.name):  # the venv of this lab's wheelhouse
                     lowers.insert(0, installed)
                     artefacts["installed_vllm"] = str(installed)
                     log(f"lab {name}: the hosts start with the vLLM venv saved in {installed}")
@@ -572,6 +572,11 @@ def _save_vllm_locked(root: Path, name: str, host: str, venv: str, log: Log) -> 
         raise FleetInputError(
             f"lab {name!r} has no host {host!r} (its hosts: {', '.join(h.name for h in plan.hosts)})"
         )
+    wheelhouse = state.get("artefacts", {}).get("wheelhouse")
+    if not wheelhouse:
+        raise FleetInputError(
+            f"lab {name!r} was brought up --without-vllm: it has no wheelhouse to install from"
+        )
     if not venv.startswith("/") or ".." in venv.split("/"):
         raise FleetInputError(
             f"--venv {venv!r}: give the venv's absolute path on the host, as /opt/vllm-fleet/venv"
@@ -584,7 +589,9 @@ def _save_vllm_locked(root: Path, name: str, host: str, venv: str, log: Log) -> 
             f"{host}:{venv} has no {' or '.join(missing)}: install vLLM there first (playbooks/install.yml)"
         )
     started = time.monotonic()
-    artefact = lab_build.save_tree(root / "cache", lab_build.installed_vllm_name(), source, venv)
+    # named after the wheelhouse this lab's hosts installed from, which a later `up` may have replaced
+    saved_name = lab_build.installed_vllm_name(Path(wheelhouse).name)
+    artefact = lab_build.save_tree(root / "cache", saved_name, source, venv)
     seconds = round(time.monotonic() - started, 2)
     log(
         f"lab {name}: {host}:{venv} saved in {artefact.path} ({seconds:.1f} s)"
