@@ -12,8 +12,8 @@ multi-host labs that test what comes after the install (test_rollout_lab, molecu
 molecule/install. Tests that need hosts of their own keep them: a fresh host (test_install_lab's check
 mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios.
 
-The tests that use it run one after the other (the collection is reordered so: they move up to where the
-first of them was), and the lab goes down right after the last of them, not at the end of the session: an
+The tests that use it run one after the other, first, on one worker (tests/conftest.py: the suite's
+schedule), and the lab goes down right after the last of them, not at the end of the session: an
 idle vLLM holds gigabytes of a 24 GiB machine that the molecule scenarios and rollouts need.
 
 The host's state is shared too: a module that changes units, files or tuning must not assume a fresh host,
@@ -78,16 +78,6 @@ def _uses(item: pytest.Item) -> bool:
     return "installed_lab" in getattr(item, "fixturenames", ())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The users of `installed_lab` together, where the first of them was; every other order kept."""
-    users = [item for item in items if _uses(item)]
-    if not users:
-        return
-    first = items.index(users[0])
-    others = [item for item in items if not _uses(item)]
-    items[:] = others[:first] + users + others[first:]
-
-
 _teardowns: list = []
 
 
@@ -104,6 +94,33 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     return result
 
 
+def _install_and_save(cli: str) -> InstalledLab:
+    started = time.monotonic()
+    up = _run([cli, "lab", "up", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1"], timeout=3000)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    up_s = time.monotonic() - started
+    started = time.monotonic()
+    install = _run([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/install.yml"], 2400)
+    assert install.returncode == 0, install.stdout[-4000:]
+    install_s = time.monotonic() - started
+    print(f"shared installed lab {SHARED_LAB}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
+    # The venv vllm_install just installed, for the lab hosts of the tests that come after the install
+    # (`lab up --preinstalled-vllm`: rollouts, molecule's whole-site scenario): no pip on their 5 hosts.
+    save = _run(
+        [cli, "lab", "save-vllm", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1", "--json"], timeout=600
+    )
+    assert save.returncode == 0, save.stdout + save.stderr
+    saved = json.loads(save.stdout)
+    print(f"its venv {'saved' if saved['changed'] else 'was saved already'}: {saved['path']}")
+    return InstalledLab(INVENTORY, round(up_s, 1), round(install_s, 1), Path(saved["path"]))
+
+
+def _saving_lock() -> Path:
+    """Held from the shared lab's `lab up` until its venv is saved: the other worker's multi-host labs wait on
+    it for the saved venv instead of pip-installing vLLM on each of their hosts (`saved_venv_when_ready`)."""
+    return lab.lab_root() / "cache" / ".shared-lab-saving.lock"
+
+
 @pytest.fixture(scope="session")
 def installed_lab():
     if os.geteuid() != 0:
@@ -114,28 +131,26 @@ def installed_lab():
         return
     cli = str(BIN / "vllm-fleet")
     _teardowns.append(lambda: _run([cli, "lab", "down", "--name", SHARED_LAB], timeout=300))
-    started = time.monotonic()
-    up = _run([cli, "lab", "up", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1"], timeout=3000)
     try:
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        up_s = time.monotonic() - started
-        started = time.monotonic()
-        install = _run([str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/install.yml"], 2400)
-        assert install.returncode == 0, install.stdout[-4000:]
-        install_s = time.monotonic() - started
-        print(f"shared installed lab {SHARED_LAB}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
-        # The venv vllm_install just installed, for the lab hosts of the tests that come after the install
-        # (`lab up --preinstalled-vllm`: rollouts, molecule's whole-site scenario): no pip on their 5 hosts.
-        save = _run(
-            [cli, "lab", "save-vllm", "--name", SHARED_LAB, "--host", f"{SHARED_LAB}-1", "--json"],
-            timeout=600,
-        )
-        assert save.returncode == 0, save.stdout + save.stderr
-        saved = json.loads(save.stdout)
-        print(f"its venv {'saved' if saved['changed'] else 'was saved already'}: {saved['path']}")
-        yield InstalledLab(INVENTORY, round(up_s, 1), round(install_s, 1), Path(saved["path"]))
+        with lab_build.file_lock(_saving_lock()):
+            installed = _install_and_save(cli)
+        yield installed
     finally:
         _tear_down_shared_lab()  # a no-op when the hook above took it down already
+
+
+@pytest.fixture(scope="session")
+def saved_venv_when_ready() -> Path | None:
+    """The saved vLLM venv for `lab up --preinstalled-vllm`, once the shared lab has saved it: when that lab
+    is being installed on the other worker, this waits for it (the schedule puts a module of minutes before
+    the labs that use it, so the wait is short or none); None when this session saves none and none is
+    cached, and their hosts then install vLLM with pip. Not a user of `installed_lab`: it never brings that
+    lab up."""
+    with lab_build.file_lock(_saving_lock(), on_wait=lambda s: print(f"waited {s:.0f} s for the saved venv")):
+        pass
+    cache = lab.lab_root() / "cache"
+    name = lab_build.installed_vllm_name()
+    return cache / name if lab_build.is_cached(cache, name) else None
 
 
 @pytest.fixture(scope="session")

@@ -106,7 +106,7 @@ def by_host(summary: dict) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
+def fleet(tmp_path_factory, saved_venv_when_ready):
     """A fresh 3-host lab deployed with site.yml. With VLLM_FLEET_ROLLOUT_REUSE=1, a lab named
     $VLLM_FLEET_ROLLOUT_LAB that is already up and deployed is used as it is, and left up (for iterating)."""
     if shutil.which("systemd-nspawn") is None:

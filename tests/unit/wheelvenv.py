@@ -6,18 +6,31 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from vllm_fleet.lab.build import file_lock
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
 
 
+@contextmanager
+def in_tree_build() -> Iterator[None]:
+    """Held while a build writes into the clone (setuptools' build/ and src/*.egg-info): the suite's two
+    workers may build the wheel or the sdist at the same time, and two such builds break each other."""
+    with file_lock(REPO / "build" / ".in-tree-build.lock"):
+        yield
+
+
 def build_wheel_venv(work: Path, timeout: int = 600) -> tuple[Path, Path]:
     """`(wheel, venv)` under `work`."""
-    build = subprocess.run(
-        [str(BIN / "pip"), "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(REPO)],
-        cwd=work, capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+    with in_tree_build():
+        build = subprocess.run(
+            [str(BIN / "pip"), "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(REPO)],
+            cwd=work, capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = (work / "dist").glob("vllm_fleet-*.whl")
     venv = work / "venv"

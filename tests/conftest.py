@@ -1,0 +1,54 @@
+"""The suite's schedule on two workers (pytest-xdist, `-n 2 --dist loadgroup` in pyproject.toml).
+
+On two cores one process runs the suite at about half the machine: a lab test waits on a vLLM start, a pip
+install or an Ansible round trip much of the time. Two workers take units of work from one queue: the tests
+that share the installed lab (tests/integration/conftest.py, `installed_lab`) are one unit, run one after the
+other by one worker; every other module is a unit of its own, so that its module-scoped fixtures (a lab, a
+venv, a checkout) are made once. The longest units go first, so that the workers end close together. `-n 0`
+runs the same order in one process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_LAB_FIXTURE = "installed_lab"
+SHARED_LAB_GROUP = "shared-lab"
+# After the shared lab's group (26 min serial here), the modules that take longest (serial minutes, from
+# benchmarks/README.md), longest first. test_render_real_parser (8 min, pip-bound, no lab) goes before
+# test_rollout_lab (16 min) so that the venv the shared lab saves is in the cache before the rollout lab
+# starts its hosts with it.
+LONGEST_FIRST = (
+    "tests/integration/test_render_real_parser.py",
+    "tests/integration/test_rollout_lab.py",
+    "tests/integration/test_molecule.py",
+    "tests/integration/test_driver_lab.py",
+    "tests/integration/test_install_lab.py",
+    "tests/integration/test_lab.py",
+    "tests/test_ansible_versions.py",
+    "tests/test_static.py",
+)
+
+
+def _module(item: pytest.Item) -> str:
+    return item.path.relative_to(ROOT).as_posix()
+
+
+def _rank(item: pytest.Item) -> int:
+    if SHARED_LAB_FIXTURE in item.fixturenames:
+        return -1
+    module = _module(item)
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns each item's xdist_group into its unit of work
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each item's unit of work (its xdist_group), then the units in the order the workers take them; a stable
+    sort keeps the order within a module and of the modules not named."""
+    for item in items:
+        shared = SHARED_LAB_FIXTURE in item.fixturenames
+        item.add_marker(pytest.mark.xdist_group(SHARED_LAB_GROUP if shared else _module(item)))
+    items.sort(key=_rank)
