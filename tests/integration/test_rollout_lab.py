@@ -142,7 +142,11 @@ def fleet(tmp_path_factory, saved_venv_when_ready):
     try:
         if not REUSE:
             started = time.monotonic()
-            site = run([str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml"], timeout=2400)
+            # its reports in the test's folder, not the clone's reports/ (other modules run meanwhile)
+            baseline = ("-e", f"vllm_fleet_report_dir={work / 'baseline-reports'}")
+            site = run(
+                [str(BIN / "ansible-playbook"), "-i", str(inventory), *baseline, "site.yml"], timeout=2400
+            )
             assert site.returncode == 0, site.stdout[-6000:]
             print(f"baseline site.yml on 3 hosts: {time.monotonic() - started:.0f}s")
             if preinstalled:  # the role found the saved venv at the pin on every host: pip never ran
