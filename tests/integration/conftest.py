@@ -148,6 +148,11 @@ def saved_venv_when_ready() -> Path | None:
     lab up."""
     with lab_build.file_lock(_saving_lock(), on_wait=lambda s: print(f"waited {s:.0f} s for the saved venv")):
         pass
+    return _cached_venv()
+
+
+def _cached_venv() -> Path | None:
+    """The saved vLLM venv of the current wheelhouse in the lab cache, if one was saved."""
     cache = lab.lab_root() / "cache"
     name = lab_build.installed_vllm_name()
     return cache / name if lab_build.is_cached(cache, name) else None
@@ -158,9 +163,10 @@ def saved_vllm(installed_lab) -> Path:
     """The venv vllm_install installed on the shared lab host, as the lab cache keeps it (`lab save-vllm`)."""
     if installed_lab.saved_venv is not None:
         return installed_lab.saved_venv
-    cache = lab.lab_root() / "cache"
-    if not lab_build.is_cached(cache, lab_build.installed_vllm_name()):
+    cached = _cached_venv()
+    if cached is None:
         pytest.fail(
-            f"no saved vLLM venv in {cache}: `vllm-fleet lab save-vllm` from the lab {REUSE_ENV} names"
+            f"no saved vLLM venv in {lab.lab_root() / 'cache'}: `vllm-fleet lab save-vllm` from the lab "
+            f"{REUSE_ENV} names"
         )
-    return cache / lab_build.installed_vllm_name()
+    return cached
