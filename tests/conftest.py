@@ -1,11 +1,11 @@
-"""The suite's schedule on two workers (pytest-xdist, `-n 2 --dist loadgroup` in pyproject.toml).
+"""The suite's schedule on two workers (`pytest -n 2`; pytest-xdist, `--dist loadgroup` in pyproject.toml).
 
 On two cores one process runs the suite at about half the machine: a lab test waits on a vLLM start, a pip
 install or an Ansible round trip much of the time. Two workers take units of work from one queue: the tests
 that share the installed lab (tests/integration/conftest.py, `installed_lab`) are one unit, run one after the
 other by one worker; every other module is a unit of its own, so that its module-scoped fixtures (a lab, a
-venv, a checkout) are made once. The longest units go first, so that the workers end close together. `-n 0`
-runs the same order in one process.
+venv, a checkout) are made once. The longest units go first, so that the workers end close together. Without
+-n (the default) it is the order of the one process.
 """
 
 from __future__ import annotations
