@@ -33,12 +33,16 @@ LONGEST_FIRST = (
 )
 
 
+def _shares_the_lab(item: pytest.Item) -> bool:
+    return SHARED_LAB_FIXTURE in item.fixturenames
+
+
 def _module(item: pytest.Item) -> str:
     return item.path.relative_to(ROOT).as_posix()
 
 
 def _rank(item: pytest.Item) -> int:
-    if SHARED_LAB_FIXTURE in item.fixturenames:
+    if _shares_the_lab(item):
         return -1
     module = _module(item)
     return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
@@ -49,6 +53,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each item's unit of work (its xdist_group), then the units in the order the workers take them; a stable
     sort keeps the order within a module and of the modules not named."""
     for item in items:
-        shared = SHARED_LAB_FIXTURE in item.fixturenames
-        item.add_marker(pytest.mark.xdist_group(SHARED_LAB_GROUP if shared else _module(item)))
+        item.add_marker(pytest.mark.xdist_group(SHARED_LAB_GROUP if _shares_the_lab(item) else _module(item)))
     items.sort(key=_rank)
