@@ -326,3 +326,38 @@ def test_save_vllm_refuses_a_lab_without_a_wheelhouse(tmp_path: Path):
     (tmp_path / "labs" / "nowh" / "state.json").write_text(json.dumps(state))
     with pytest.raises(FleetInputError, match="--without-vllm"):
         lab_run.save_vllm("nowh", "nowh-1", "/opt/vllm-fleet/venv", root=tmp_path)
+
+
+def test_systemd_cgroup_mounts_of_a_hybrid_controller():
+    # this project's controller (Debian 12, cgroup v1 controllers + name=systemd + cgroup2 on unified),
+    # recorded from /proc/self/mountinfo: both hierarchies systemd-nspawn places the container in
+    mountinfo = (REPO / "tests/fixtures/lab/mountinfo-controller-hybrid.txt").read_text()
+    assert lab.systemd_cgroup_mounts(mountinfo) == [
+        Path("/sys/fs/cgroup/systemd"),
+        Path("/sys/fs/cgroup/unified"),
+    ]
+    assert lab.lab_cgroup(Path("/sys/fs/cgroup/unified"), "ci") == Path(
+        "/sys/fs/cgroup/unified/vllm-fleet-lab/ci"
+    )
+    with pytest.raises(FleetInputError):
+        lab.lab_cgroup(Path("/sys/fs/cgroup/unified"), "../escape")
+
+
+def test_in_cgroups_argv_writes_the_pid_that_then_runs_the_command(tmp_path):
+    # plain folders stand in for cgroups here: what is checked is that the PID written into each cgroup.procs
+    # is the one that runs the command (exec, no child), which is what moves systemd-nspawn itself
+    cgroups = [tmp_path / "systemd", tmp_path / "unified"]
+    for path in cgroups:
+        path.mkdir()
+    out = subprocess.run(
+        lab.in_cgroups_argv(cgroups, ["sh", "-c", "echo $$"]), capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    pid = out.stdout.strip()
+    assert [(path / "cgroup.procs").read_text().strip() for path in cgroups] == [pid, pid]
+    # a cgroup that cannot be joined stops the start: the command does not run outside it
+    missing = subprocess.run(
+        lab.in_cgroups_argv([tmp_path / "gone"], ["touch", str(tmp_path / "ran")]), capture_output=True
+    )
+    assert missing.returncode == 125 and not (tmp_path / "ran").exists()
+    assert lab.in_cgroups_argv([], ["true"]) == ["true"]

@@ -326,8 +326,9 @@ def _start_host(plan: lab.LabPlan, host: lab.LabHost, lowers: list[Path], binds_
     )
     log = open(hdir / "nspawn.log", "ab")  # noqa: SIM115 - handed to the child, which outlives this call
     try:
+        nspawn = lab.nspawn_argv(plan, host, hdir / "root", binds_ro)
         child = subprocess.Popen(
-            lab.nspawn_argv(plan, host, hdir / "root", binds_ro),
+            lab.in_cgroups_argv(_host_cgroups(plan, host), nspawn),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -337,6 +338,41 @@ def _start_host(plan: lab.LabPlan, host: lab.LabHost, lowers: list[Path], binds_
         log.close()
     _children[child.pid] = child
     return child.pid
+
+
+def _cgroup_mounts() -> list[Path]:
+    return lab.systemd_cgroup_mounts(Path("/proc/self/mountinfo").read_text())
+
+
+def _host_cgroups(plan: lab.LabPlan, host: lab.LabHost) -> list[Path]:
+    """Make the host's own cgroup in each systemd hierarchy (see lab.CGROUP_PARENT). A hierarchy this process
+    cannot write (a read-only /sys/fs/cgroup in a container) is left out: the host then shares its cgroup with
+    its neighbours there, as before."""
+    made = []
+    for mount in _cgroup_mounts():
+        path = lab.lab_cgroup(mount, plan.name) / host.name
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        made.append(path)
+    return made
+
+
+def _remove_cgroups(name: str) -> list[str]:
+    """Remove lab `name`'s cgroups, deepest first (a cgroup directory goes with rmdir once it has no
+    processes and no children); returns those removed. Called after every process of the lab is gone."""
+    removed = []
+    for mount in _cgroup_mounts():
+        top = lab.lab_cgroup(mount, name)
+        if not top.is_dir():
+            continue
+        below = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        for path in [*below, top]:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+                removed.append(str(path))
+    return removed
 
 
 def _wait_booted(plan: lab.LabPlan, pids: dict[str, int], log: Log) -> dict[str, str]:
@@ -656,7 +692,7 @@ def _down_locked(root: Path, name: str, log: Log) -> dict[str, Any]:
     state = read_state(root, name) or {}
     lab_dir = _labs_dir(root) / name
     namespaces = [ns for ns in list_netns() if lab.lab_of_netns(ns) == name]
-    removed: dict[str, list[Any]] = {"processes": [], "mounts": [], "links": [], "netns": []}
+    removed: dict[str, list[Any]] = {"processes": [], "mounts": [], "links": [], "netns": [], "cgroups": []}
     # 1. the containers: TERM makes nspawn shut the container's systemd down cleanly
     machines = {h["name"] for h in state.get("plan", {}).get("hosts", [])}
     nspawns = [pid for host, pid in state.get("pids", {}).items() if _is_our_nspawn(pid, host)]
@@ -680,6 +716,7 @@ def _down_locked(root: Path, name: str, log: Log) -> dict[str, Any]:
     _signal(others, signal.SIGKILL)
     _wait_gone(others, 5)
     removed["processes"] += others
+    removed["cgroups"] = _remove_cgroups(name)
     phases = {"stop": round(time.monotonic() - started, 2)}
     for pid in list(_children):
         if not _alive(pid):

@@ -250,6 +250,42 @@ def nspawn_argv(plan: LabPlan, host: LabHost, root_dir: Path, binds_ro: dict[str
     return argv
 
 
+# The cgroup, in each hierarchy systemd-nspawn reads its own cgroup from, where a lab host's nspawn starts:
+# <mount>/vllm-fleet-lab/<lab>/<host>. nspawn (--keep-unit) puts the container below its own cgroup
+# (<own>/payload); started from one cgroup, every host of every lab shared one payload cgroup, so a unit
+# stopped on one host removed the cgroup another host was starting the same unit in (status=219/CGROUP).
+CGROUP_PARENT = "vllm-fleet-lab"
+
+
+def systemd_cgroup_mounts(mountinfo: str) -> list[Path]:
+    """Where the cgroup hierarchies that systemd tracks processes in are mounted, from /proc/self/mountinfo:
+    the unified (cgroup2) hierarchy and the named v1 hierarchy name=systemd (both on a hybrid host)."""
+    found = []
+    for line in mountinfo.splitlines():
+        mount, sep, fs = line.partition(" - ")
+        if not sep:
+            continue
+        fstype, _source, options = [*fs.split(), "", "", ""][:3]
+        if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in options.split(",")):
+            found.append(Path(mount.split()[4].replace("\\040", " ")))
+    return sorted(set(found))
+
+
+def lab_cgroup(mount: Path, lab_name: str) -> Path:
+    """The cgroup that holds every host of lab `lab_name` in the hierarchy mounted at `mount`."""
+    return mount / CGROUP_PARENT / check_lab_name(lab_name)
+
+
+def in_cgroups_argv(cgroups: list[Path], argv: list[str]) -> list[str]:
+    """`argv` started inside `cgroups` (one per hierarchy): a shell writes its own PID into each cgroup.procs,
+    then execs argv (same PID). systemd-nspawn reads its cgroup when it starts, so moving it later is too
+    late; a shell rather than Popen's preexec_fn, which is unsafe in a process with threads."""
+    if not cgroups:
+        return argv
+    script = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done; shift; exec "$@"'
+    return ["/bin/sh", "-c", script, "sh", *map(str, cgroups), "--", *argv]
+
+
 def hosts_file(plan: LabPlan) -> str:
     """/etc/hosts for every host of the lab: each name resolves to its lab address (the hosts have no DNS;
     torch's gloo and vLLM look their own hostname up and stall or fall back to loopback otherwise)."""
