@@ -4,14 +4,19 @@ On two cores one process runs the suite at about half the machine: a lab test wa
 install or an Ansible round trip much of the time. Two workers take units of work from one queue: the tests
 that share the installed lab (tests/integration/conftest.py, `installed_lab`) are one unit, run one after the
 other by one worker; every other module is a unit of its own, so that its module-scoped fixtures (a lab, a
-venv, a checkout) are made once. The longest units go first, so that the workers end close together. Without
--n (the default) it is the order of the one process.
+venv, a checkout) are made once. The longest units go first, so that the workers end close together. With -n 0
+it is the order of the one process.
+
+While tests run, the process that prints the results also prints which tests are still running whenever it
+printed nothing for 30 s (tests/unit/heartbeat.py): a lab test runs for minutes, and a run should never look
+hung (issue 20).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import heartbeat  # tests/unit/heartbeat.py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,3 +60,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(SHARED_LAB_GROUP if _shares_the_lab(item) else _module(item)))
     items.sort(key=_rank)
+
+
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is registered
+def pytest_configure(config: pytest.Config) -> None:
+    heartbeat.start(config)
