@@ -361,3 +361,14 @@ def test_in_cgroups_argv_writes_the_pid_that_then_runs_the_command(tmp_path):
     )
     assert missing.returncode == 125 and not (tmp_path / "ran").exists()
     assert lab.in_cgroups_argv([], ["true"]) == ["true"]
+
+
+def test_a_host_still_in_its_cgroup_shell_counts_as_its_nspawn():
+    # `down` right after a failed `up` can meet a host's process before the shell has exec'd nspawn
+    plan = lab.plan_lab("t1", ["t1-1"], "/r")
+    nspawn = lab.nspawn_argv(plan, plan.hosts[0], Path("/r/root"), {})
+    wrapped = lab.in_cgroups_argv([Path("/sys/fs/cgroup/unified/vllm-fleet-lab/t1/t1-1")], nspawn)
+    assert lab.started_nspawn(wrapped) == nspawn == lab.started_nspawn(nspawn)
+    assert "--machine=t1-1" in lab.started_nspawn(wrapped)
+    assert lab.started_nspawn(["/bin/sh", "-c", "exec sleep 1", "sh", "--", "sleep"]) == []
+    assert lab.started_nspawn([]) == []

@@ -98,8 +98,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def _is_our_nspawn(pid: int, machine: str) -> bool:
-    argv = _cmdline(pid)
-    return bool(argv) and argv[0].endswith("systemd-nspawn") and f"--machine={machine}" in argv
+    return f"--machine={machine}" in lab.started_nspawn(_cmdline(pid))
 
 
 def _children_of(pid: int) -> list[int]:
@@ -357,6 +356,17 @@ def _host_cgroups(plan: lab.LabPlan, host: lab.LabHost) -> list[Path]:
             continue
         made.append(path)
     return made
+
+
+def _cgroup_pids(name: str) -> list[int]:
+    """Every process in lab `name`'s cgroups: its hosts' nspawn and their containers."""
+    pids: set[int] = set()
+    for mount in _cgroup_mounts():
+        top = lab.lab_cgroup(mount, name)
+        for procs in top.rglob("cgroup.procs") if top.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(pid) for pid in procs.read_text().split())
+    return sorted(pids)
 
 
 def _remove_cgroups(name: str) -> list[str]:
@@ -698,21 +708,20 @@ def _down_locked(root: Path, name: str, log: Log) -> dict[str, Any]:
     nspawns = [pid for host, pid in state.get("pids", {}).items() if _is_our_nspawn(pid, host)]
     for ns in namespaces:
         for pid in _netns_pids(ns):
-            argv = _cmdline(pid)
-            if (
-                argv
-                and argv[0].endswith("systemd-nspawn")
-                and any(f"--machine={m}" in argv for m in machines)
-            ):
+            argv = lab.started_nspawn(_cmdline(pid))
+            if any(f"--machine={m}" in argv for m in machines):
                 nspawns.append(pid)
+    # every nspawn in the lab's cgroups is the lab's, also one that a crashed `up` left without a state file
+    nspawns += [pid for pid in _cgroup_pids(name) if lab.started_nspawn(_cmdline(pid))]
     nspawns = sorted(set(nspawns))
     _signal(nspawns, signal.SIGTERM)
     left = _wait_gone(nspawns, STOP_TIMEOUT_S)
     _signal(left, signal.SIGKILL)
     _wait_gone(left, 5)
     removed["processes"] += nspawns
-    # 2. anything else still inside the lab's namespaces (SSH ProxyCommand netcats, a container's leftovers)
-    others = sorted({pid for ns in namespaces for pid in _netns_pids(ns)})
+    # 2. anything else still inside the lab's namespaces or cgroups (SSH ProxyCommand netcats, a container's
+    # leftovers)
+    others = sorted({pid for ns in namespaces for pid in _netns_pids(ns)} | set(_cgroup_pids(name)))
     _signal(others, signal.SIGKILL)
     _wait_gone(others, 5)
     removed["processes"] += others

@@ -286,6 +286,14 @@ def in_cgroups_argv(cgroups: list[Path], argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", script, "sh", *map(str, cgroups), "--", *argv]
 
 
+def started_nspawn(argv: list[str]) -> list[str]:
+    """The systemd-nspawn command in a process's argv: the argv itself, or what `in_cgroups_argv`'s shell
+    execs (a process of `lab up` still in that shell has not become nspawn yet, but it will); else []."""
+    if argv[:2] == ["/bin/sh", "-c"] and "--" in argv:
+        argv = argv[argv.index("--") + 1 :]
+    return argv if argv and argv[0].endswith("systemd-nspawn") else []
+
+
 def hosts_file(plan: LabPlan) -> str:
     """/etc/hosts for every host of the lab: each name resolves to its lab address (the hosts have no DNS;
     torch's gloo and vLLM look their own hostname up and stall or fall back to loopback otherwise)."""
