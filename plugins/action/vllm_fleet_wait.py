@@ -1,8 +1,10 @@
 """Action plugin: wait until a vLLM instance answers /health, failing fast with the fatal log line on a crash.
 
-Thin by design: every poll runs two stock modules on the host (`ansible.builtin.command` for `systemctl show`,
-`ansible.builtin.uri` for /health) and `vllm_fleet.verify.report.classify_readiness` decides. A unit that
-dies while
+Thin by design: every poll is one module call on the host (`vllm_fleet_instance_read`: the unit's
+`systemctl show` and /health, and once /health answers 200 also the journal of the current start, /v1/models
+and /metrics), and `vllm_fleet.verify.report.classify_readiness` decides. An instance that is already up is
+thus read for verify in the wait's first poll: one round trip (issue 21); the model's size (`du`, for the
+deadline) is read only when the first poll finds it still loading. A unit that dies while
 loading is caught at the next poll (NRestarts, a new InvocationID, failed or auto-restart), and the journal of
 the start that was waited on is read and parsed with `vllm_fleet.verify.logcheck`, so the message carries the
 fatal line. While it waits it prints a progress line every `progress_interval` seconds (waited of the
@@ -19,10 +21,10 @@ from ansible.utils.display import Display
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.host import InstancePlan
+from vllm_fleet.verify.hostread import READ_MODULE, check_reads, poll_of, read_args
 from vllm_fleet.verify.progress import WAIT_PROGRESS_INTERVAL_S, last_log_line, wait_progress_line
 from vllm_fleet.verify.report import (
     JOURNAL_ARGV,
-    SYSTEMCTL_PROPERTIES,
     Readiness,
     UnitState,
     api_target,
@@ -30,7 +32,6 @@ from vllm_fleet.verify.report import (
     crash_message,
     load_report,
     needs_full_checks,
-    parse_systemctl_show,
     ready_timeout,
 )
 
@@ -47,6 +48,10 @@ ARGUMENT_SPEC = {
     # where vllm_fleet_logcheck keeps the instance's last report; `full` sends the test requests regardless
     "report_dir": {"type": "path"},
     "full": {"type": "bool", "default": False},
+    # read the journal, /v1/models and /metrics in the poll that finds the instance ready (`reads`)
+    "checks": {"type": "bool", "default": True},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "checks_timeout": {"type": "int", "default": 120},
 }
 # Shown live: a worker's display calls go through Ansible's result queue to the terminal as they happen.
 display = Display()
@@ -59,26 +64,20 @@ class ActionModule(ActionBase):
     def _module(self, name: str, args: dict, task_vars: dict) -> dict:
         return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
 
-    def _unit_state(self, unit: str, task_vars: dict) -> UnitState:
-        res = self._module(
-            "ansible.builtin.command",
-            {"argv": ["systemctl", "show", "-p", ",".join(SYSTEMCTL_PROPERTIES), unit]},
-            task_vars,
+    def _poll(self, target, args: dict, task_vars: dict) -> tuple[UnitState, int | None, dict]:
+        """One read of the instance on the host: its unit's state, /health's status and the whole read."""
+        argv = read_args(
+            target,
+            checks=args["checks"],
+            api_key=args["api_key"],
+            request_timeout=args["request_timeout"],
+            checks_timeout=args["checks_timeout"],
         )
-        if res.get("rc", 1) != 0:
-            raise AnsibleActionFail(f"systemctl show {unit} failed: {res.get('stderr') or res.get('msg')}")
-        self._last_show = res.get("stdout", "")
-        return parse_systemctl_show(self._last_show, unit)
-
-    def _health(self, url: str, request_timeout: int, task_vars: dict) -> int | None:
-        res = self._module(
-            "ansible.builtin.uri",
-            {"url": url, "status_code": [200, 503], "timeout": request_timeout, "follow_redirects": "none"},
-            task_vars,
-        )
-        status = res.get("status")
-        self._last_health = {k: res.get(k) for k in ("status", "msg") if k in res}
-        return status if isinstance(status, int) and status > 0 else None
+        res = self._module(READ_MODULE, argv, task_vars)
+        if res.get("failed"):
+            raise AnsibleActionFail(f"vllm_fleet_wait: {res.get('msg')}")
+        state, health = poll_of(res, target.unit)
+        return state, health, res
 
     def _model_bytes(self, model_path: str, task_vars: dict) -> int | None:
         """Bytes of weights on disk (None for a hub name or an unreadable path: the deadline's base)."""
@@ -115,21 +114,16 @@ class ActionModule(ActionBase):
             target = api_target(plan, address=args["address"])
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_wait: {exc}") from exc
-        unit, url = target.unit, f"{target.base_url}/health"
+        unit = target.unit
         timeout = args["timeout"]
         if timeout < 0:
             raise AnsibleActionFail(
                 f"vllm_fleet_wait: timeout={timeout}: give a positive number of seconds, or 0 to derive it "
                 "from the model's size (vllm_verify_ready_timeout)"
             )
-        if timeout == 0:
-            model_bytes = self._model_bytes(target.model_path, task_vars)
-            timeout = ready_timeout(
-                model_bytes, base_s=args["timeout_base"], per_gib_s=args["timeout_per_gib"]
-            )
 
         start = time.monotonic()
-        deadline = start + timeout
+        deadline: float | None = None  # set after the first poll: an instance that is up needs no deadline
         baseline: UnitState | None = None
         polls = 0
         progress_lines = 0
@@ -138,12 +132,18 @@ class ActionModule(ActionBase):
         try:
             while True:
                 polls += 1
-                state = self._unit_state(unit, task_vars)
-                health = self._health(url, args["request_timeout"], task_vars)
+                state, health, read = self._poll(target, args, task_vars)
                 verdict = classify_readiness(state, baseline, health)
                 baseline = baseline or state
                 if verdict.final:
                     break
+                if deadline is None:
+                    if timeout == 0:
+                        model_bytes = self._model_bytes(target.model_path, task_vars)
+                        timeout = ready_timeout(
+                            model_bytes, base_s=args["timeout_base"], per_gib_s=args["timeout_per_gib"]
+                        )
+                    deadline = start + timeout
                 if args["progress_interval"] > 0 and time.monotonic() >= next_progress:
                     next_progress = time.monotonic() + args["progress_interval"]
                     last = self._last_line(unit, baseline.invocation_id, task_vars)
@@ -170,8 +170,8 @@ class ActionModule(ActionBase):
             timeout=timeout,
             target=target.to_dict(),
             unit_state=state.to_dict(),
-            last_health=getattr(self, "_last_health", {}),
-            unit_show=getattr(self, "_last_show", ""),
+            last_health=read.get("health") or {},
+            unit_show=read.get("unit_show", ""),
             invocation_id=baseline.invocation_id if baseline else "",
         )
         if verdict.state == "ready":
@@ -182,6 +182,9 @@ class ActionModule(ActionBase):
             full = needs_full_checks(previous, plan, result["invocation_id"])
             result["full_checks"] = full
             result["verified_start"] = {} if full else dict(previous["verified_start"])
+            reads = check_reads(read) if args["checks"] else None
+            if reads is not None:
+                result["reads"] = reads
             return result
         journal, source = self._journal(
             unit, baseline.invocation_id if baseline else "", args["journal_lines"], task_vars

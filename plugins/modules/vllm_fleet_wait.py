@@ -6,7 +6,11 @@ module: vllm_fleet_wait
 short_description: Wait for a vLLM instance to become ready; fail fast with the fatal log line when it crashes
 description:
   - Polls, in a bounded loop, both the unit's state (C(systemctl show)) and the API's C(/health)
-    (connection refused while the model loads, 200 when ready, 503 once the engine died).
+    (connection refused while the model loads, 200 when ready, 503 once the engine died), each poll one call
+    of P(vllm_fleet.serving.vllm_fleet_instance_read#module) on the host.
+  - The poll that finds the instance ready also reads, when O(checks) is true, the journal of the current
+    start, C(/v1/models) and C(/metrics) (RV(reads)), so an instance that is up costs one round trip.
+    The model's size on disk (for a derived O(timeout)) is read only when the first poll finds it loading.
   - A crash while loading (C(NRestarts) rising, a new C(InvocationID), C(ActiveState=failed),
     C(SubState=auto-restart)) ends the wait at once; the journal of the start that was waited on is parsed
     with C(vllm_fleet.verify.logcheck) and the task fails with the fatal line (max_model_len larger than the
@@ -63,6 +67,18 @@ options:
     description: Report O(full_checks=true) whatever the last report says (vllm_verify_full).
     type: bool
     default: false
+  checks:
+    description: Read what verify checks (RV(reads)) in the poll that finds the instance ready.
+    type: bool
+    default: true
+  api_key:
+    description: The Bearer token C(/v1/models) needs when the instance runs with one; never returned.
+    type: str
+    default: ""
+  checks_timeout:
+    description: Seconds the C(/v1/models) and C(/metrics) requests of RV(reads) may take.
+    type: int
+    default: 120
 author:
   - vllm-fleet
 """
@@ -91,7 +107,7 @@ last_health:
   type: dict
   returned: always
 timeout:
-  description: The deadline used, in seconds.
+  description: The deadline used, in seconds (O(timeout) itself when the first poll found the instance ready).
   type: str
   returned: always
 reason:
@@ -124,6 +140,12 @@ verified_start:
   description: What the last full check vouched for (invocation_id, plan_sha256), when full_checks is false.
   type: dict
   returned: when ready
+reads:
+  description:
+    - C(journal) (the text of the current start's journal), C(health), C(models) and C(metrics) (the answers,
+      as ansible.builtin.uri gives them), read in the poll that found the instance ready.
+  type: dict
+  returned: when ready and O(checks)
 errors:
   description: Fatal log lines (kind, line) of the failed start.
   type: list
