@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
 from plans import lab_instance_plan
+from pluginload import load_plugin
 
 from vllm_fleet.cli import main as cli_main
 from vllm_fleet.errors import FleetInputError
@@ -40,6 +42,7 @@ from vllm_fleet.verify.report import (
 )
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _read(*parts: str) -> str:
@@ -235,6 +238,14 @@ def test_reports_round_trip_and_the_fleet_table(tmp_path: Path, capsys: pytest.C
     assert "lab-1" in out and "lab-2" not in out and "1/1 instances passed" in out
     assert cli_main(["report", str(tmp_path), "--strict", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["passed"] == 1
+
+    # the playbook's table (verify.yml) is the same, read in Ansible's process by the filter
+    table_filter = load_plugin(ROOT / "plugins" / "filter" / "vllm_verify.py", "verify_filter_under_test")
+    assert table_filter.vllm_verify_table(str(tmp_path), []) == lines
+    one = table_filter.vllm_verify_table(str(tmp_path), ["lab-1"])
+    assert one[-1] == "1/1 instances passed" and not any("lab-2" in line for line in one)
+    with pytest.raises(AnsibleFilterError, match="does not exist"):
+        table_filter.vllm_verify_table(str(tmp_path / "nope"), [])
 
 
 def test_report_folder_errors_name_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
