@@ -136,7 +136,8 @@ contents:
   type: dict
   returned: always
 truncated:
-  description: The O(read) files longer than 64 KiB, whose text in RV(contents) is cut.
+  description: The O(read) files and the files O(globs) matched that are longer than 64 KiB, whose text in
+    RV(contents) or RV(globbed) is cut (a reader of a whole document must refuse them).
   type: list
   returned: always
 globbed:
@@ -231,6 +232,12 @@ def longer_than_limit(path: str) -> bool:
         return os.path.getsize(path) > READ_LIMIT
     except OSError:
         return False
+
+
+def truncated_paths(contents: dict[str, str], globbed: dict[str, dict[str, str]]) -> list[str]:
+    """The files read (O(read) and the matches of O(globs)) whose text was cut at READ_LIMIT."""
+    read = [*contents, *(path for texts in globbed.values() for path in texts)]
+    return sorted({path for path in read if longer_than_limit(path)})
 
 
 def compared_state(path: str, expected_sha256: str) -> dict:
@@ -376,6 +383,7 @@ def main() -> None:
     files = {path: file_state(path) for path in params["paths"]}
     files.update({path: compared_state(path, sha) for path, sha in params["compare_sha256"].items()})
     contents = {path: text for path in params["read"] if (text := read_text(path)) is not None}
+    globbed = globbed_texts(params["globs"])
     units: dict[str, dict[str, str]] = {}
     if params["units"]:
         proc = subprocess.run(
@@ -396,9 +404,9 @@ def main() -> None:
         changed=False,
         files=files,
         contents=contents,
-        truncated=[path for path in contents if longer_than_limit(path)],
+        truncated=truncated_paths(contents, globbed),
         units=units,
-        globbed=globbed_texts(params["globs"]),
+        globbed=globbed,
         accounts=accounts(params["users"], params["groups"]),
         venv=venv_state(params["venv"], params["venv_globs"]) if params["venv"] else {},
         commands=run_commands(params["commands"]),

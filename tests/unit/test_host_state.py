@@ -101,3 +101,16 @@ def test_commands_run_through_sh_with_their_status_output_and_a_missing_binary_a
     assert got["ok"] == {"rc": 0, "stdout": "a\nb", "stderr": ""}
     assert got["fail"]["rc"] == 3 and got["fail"]["stderr"] == "no\n"
     assert got["none"]["rc"] == 127
+
+
+def test_files_cut_at_the_read_limit_are_flagged_for_read_and_globs(tmp_path: Path) -> None:
+    small, big = tmp_path / "a.json", tmp_path / "b.json"
+    small.write_text('{"name": "a"}')
+    big.write_text("x" * (MODULE.READ_LIMIT + 1))
+    globbed = MODULE.globbed_texts([str(tmp_path / "*.json")])
+    assert len(globbed[str(tmp_path / "*.json")][str(big)]) == MODULE.READ_LIMIT
+    contents = {str(small): MODULE.read_text(str(small))}
+    assert MODULE.truncated_paths(contents, globbed) == [str(big)]
+    assert MODULE.truncated_paths(contents, {}) == []
+    contents[str(big)] = MODULE.read_text(str(big))
+    assert MODULE.truncated_paths(contents, {}) == [str(big)]
