@@ -264,6 +264,39 @@ def test_healthy_instance_passes_every_check(lab) -> None:
         (FIXTURES / "systemctl" / "not-found.txt").write_text(missing + "\n")
 
 
+def test_a_running_instance_is_re_checked_in_one_read_and_a_stopped_one_fails(lab) -> None:
+    """Issue 21: once a start passed the full checks, a re-run reads the instance once (the wait's first
+    poll carries this start's journal, /v1/models and /metrics) and sends no test request; it still finds a
+    real drift: the same instance stopped by hand fails verify."""
+    inv, work = lab
+    deploy(inv, ["--max-model-len", "256"], {"VLLM_CPU_KVCACHE_SPACE": "1"}, HEALTHY_EXPECT)
+    reports = work / "reports-light"
+    first = verify(inv, reports)
+    assert first.returncode == 0, first.stdout[-6000:]
+    assert report_of(reports)["full"] is True
+    again = verify(inv, reports)
+    assert again.returncode == 0, again.stdout[-6000:]
+    data = report_of(reports)
+    assert data["ok"] and data["full"] is False, [c for c in data["checks"] if not c["ok"]]
+    assert data["readiness"]["polls"] == 1 and data["readiness"]["timeout"] == 0, data["readiness"]
+    names = {c["name"] for c in data["checks"]}
+    assert {"ready", "no_errors", "restarts", "api_health", "api_models_served_name", "api_metrics"} <= names
+    assert not names & {"api_completion", "api_chat_completion", "ttft_p99"}
+    assert data["log"]["kv_cache_tokens"] == 1048576  # this start's journal, read in the same poll
+    # no test request was sent: the completion task was skipped
+    assert re.search(r"POST /v1/completions\] \*+\nskipping: ", again.stdout), again.stdout[-4000:]
+    stopped = on_host(inv, work / "tree", "systemctl stop vllm-fleet-i0.service")
+    assert stopped.get("rc") == 0, stopped
+    try:
+        drift = verify(inv, reports)
+        assert drift.returncode != 0, drift.stdout[-4000:]
+        data = report_of(reports)
+        assert not data["ok"] and data["readiness"]["state"] == "stopped", data["readiness"]
+        assert "0/1 instances passed" in drift.stdout
+    finally:
+        on_host(inv, work / "tree", "systemctl start vllm-fleet-i0.service")
+
+
 def test_kv_cache_smaller_than_max_model_len_fails_fast_with_the_fatal_line(lab) -> None:
     inv, work = lab
     deploy(
