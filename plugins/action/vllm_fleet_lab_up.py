@@ -5,6 +5,9 @@ prints on stderr (one per stage, and the cache builds' progress: vllm_fleet.lab.
 10 s a step) to the play's output while the command runs; the CLI's JSON result comes back as `stdout`, as
 the `ansible.builtin.command` task it replaces returned it. A first run builds the lab caches (debootstrap,
 the vLLM wheelhouse) for minutes: without this the play printed nothing for about 8 minutes.
+
+A lab that is up already with these hosts is answered in this process (`vllm_fleet.lab.run.reuse_if_up`,
+the check `lab up` makes first): a re-run of site.yml pays no CLI start for it (issue 21).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import threading
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.lab.run import reuse_if_up
 
 ARGUMENT_SPEC = {
     "cli": {"type": "str", "required": True},
@@ -35,6 +41,13 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars or {})
         _, args = self.validate_argument_spec(ARGUMENT_SPEC)
+        try:
+            reused = reuse_if_up(args["name"], args["hosts"])
+        except (FleetInputError, OSError):
+            reused = None  # a bad name or an unreadable state: `lab up` says what is wrong
+        if reused is not None:
+            result.update(cmd=[], rc=0, stdout=json.dumps(reused), stderr="", changed=False)
+            return result
         argv = [args["cli"], "lab", "up", "--name", args["name"], "--json"]
         argv += [f"--host={host}" for host in args["hosts"]]
         if args["preinstalled_vllm"]:

@@ -372,3 +372,19 @@ def test_a_host_still_in_its_cgroup_shell_counts_as_its_nspawn():
     assert "--machine=t1-1" in lab.started_nspawn(wrapped)
     assert lab.started_nspawn(["/bin/sh", "-c", "exec sleep 1", "sh", "--", "sleep"]) == []
     assert lab.started_nspawn([]) == []
+
+
+def test_reuse_if_up_answers_only_for_the_same_lab_that_is_up(tmp_path: Path) -> None:
+    # no lab of that name: None, and no lock file is left behind for it
+    assert lab_run.reuse_if_up("rr", ["rr-1"], root=tmp_path) is None
+    assert not (tmp_path / "labs" / "rr.lock").exists()
+    # a lab recorded up whose nspawn is gone (a reboot): None, so that `lab up` cleans up and boots again
+    plan = lab.plan_lab("rr", ["rr-1"], tmp_path)
+    state = {"plan": plan.to_dict(), "with_vllm": True, "status": "up", "pids": {"rr-1": 2**22 + 1}}
+    lab_run._write_state(plan, state)
+    assert lab_run.read_state(tmp_path, "rr")["status"] == "up"
+    assert lab_run.reuse_if_up("rr", ["rr-1"], root=tmp_path) is None
+    # other hosts or other artefacts than those recorded are never the same lab
+    assert lab_run._same_lab(plan, state, plan, True)
+    assert not lab_run._same_lab(plan, state, lab.plan_lab("rr", ["rr-1", "rr-2"], tmp_path), True)
+    assert not lab_run._same_lab(plan, state, plan, False)

@@ -473,6 +473,35 @@ def _running_ok(plan: lab.LabPlan, state: dict[str, Any]) -> bool:
     return all(_ssh_ok(plan, h) for h in plan.hosts)
 
 
+def _same_lab(running: lab.LabPlan, state: dict[str, Any], plan: lab.LabPlan, with_vllm: bool) -> bool:
+    """Whether the lab recorded up is the one asked for: the same hosts, with or without the vLLM files."""
+    same_hosts = [h.name for h in running.hosts] == [h.name for h in plan.hosts]
+    return same_hosts and state.get("with_vllm") == with_vllm
+
+
+def reuse_if_up(
+    name: str, names: list[str], *, with_vllm: bool = True, root: Path | None = None
+) -> dict[str, Any] | None:
+    """`up`'s answer for a lab that is up already with exactly these hosts (each one's nspawn alive, its
+    namespace there, its sshd answering), None for anything else (then `up` itself decides: boot, clean up
+    or refuse). In the caller's process: playbooks/lab.yml re-runs pay no CLI start for a lab that is up
+    (issue 21)."""
+    root = root or lab.lab_root()
+    plan = lab.plan_lab(name, lab.host_names(name, None, names), root)
+    if not _state_file(root, name).is_file():
+        return None  # no lab of that name (and no lock file left behind for one)
+    started = time.monotonic()
+    with file_lock(_labs_dir(root) / f"{name}.lock"):
+        state = read_state(root, name)
+        if not state:
+            return None
+        running = lab.LabPlan.from_dict(state["plan"])
+        if not (_same_lab(running, state, plan, with_vllm) and _running_ok(running, state)):
+            return None
+        timings = {"check": round(time.monotonic() - started, 2)}
+        return _result(running, state, changed=False, timings=timings, inventory_path=None)
+
+
 def check_tools(which: Callable[[str], str | None] = shutil.which) -> None:
     """Fail before creating anything when a tool the lab needs is missing."""
     missing = [tool for tool in lab.CONTROLLER_TOOLS if not which(tool)]
@@ -509,9 +538,7 @@ def up(
         state = read_state(root, name)
         if state:
             running = lab.LabPlan.from_dict(state["plan"])
-            same = [h.name for h in running.hosts] == [h.name for h in plan.hosts] and state.get(
-                "with_vllm"
-            ) == with_vllm
+            same = _same_lab(running, state, plan, with_vllm)
             alive = _running_ok(running, state)
             if alive and same:
                 if inventory_path:
