@@ -278,7 +278,8 @@ def test_a_running_instance_is_re_checked_in_one_read_and_a_stopped_one_fails(la
     assert again.returncode == 0, again.stdout[-6000:]
     data = report_of(reports)
     assert data["ok"] and data["full"] is False, [c for c in data["checks"] if not c["ok"]]
-    assert data["readiness"]["polls"] == 1 and data["readiness"]["timeout"] == 0, data["readiness"]
+    # read in the wait's first poll (the given deadline, 900 s, is not waited on)
+    assert data["readiness"]["polls"] == 1 and data["readiness"]["waited_s"] < 60, data["readiness"]
     names = {c["name"] for c in data["checks"]}
     assert {"ready", "no_errors", "restarts", "api_health", "api_models_served_name", "api_metrics"} <= names
     assert not names & {"api_completion", "api_chat_completion", "ttft_p99"}
