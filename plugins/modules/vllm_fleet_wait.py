@@ -107,7 +107,7 @@ last_health:
   type: dict
   returned: always
 timeout:
-  description: The deadline used, in seconds (O(timeout) itself when the first poll found the instance ready).
+  description: The deadline used, in seconds (O(timeout) itself, 0 by default, when the first poll decided).
   type: str
   returned: always
 reason:

@@ -132,7 +132,7 @@ def test_a_ready_instance_is_read_whole_in_one_call_and_passes_the_light_check(s
     assert {"ready", "restarts", "api_health", "api_models_served_name", "api_metrics"} <= {
         c.name for c in report.checks
     }
-    assert report.checks[0].line == "waited 0.3 s (ready at once)"
+    assert report.checks[0].line == "waited 0.3 s (the first poll)"
 
 
 def test_a_broken_metrics_endpoint_fails_the_light_check(server: str) -> None:

@@ -707,9 +707,9 @@ def log_expectations(expectations: Mapping[str, Any]) -> dict[str, Any]:
 def check_readiness(readiness: Mapping[str, Any]) -> list[Check]:
     """The wait's verdict as checks: ready, or why not, with the fatal line(s) it read from the journal."""
     state = str(readiness.get("state", ""))
-    # timeout 0: the first poll found the instance ready, so no deadline was derived (vllm_fleet_wait)
+    # timeout 0: the first poll decided (ready, or crashed), so no deadline was derived (vllm_fleet_wait)
     timeout = readiness.get("timeout")
-    where = f"waited {readiness.get('waited_s')} s" + (f" of {timeout} s" if timeout else " (ready at once)")
+    where = f"waited {readiness.get('waited_s')} s" + (f" of {timeout} s" if timeout else " (the first poll)")
     checks = [
         _mk(
             "readiness",
