@@ -36,14 +36,17 @@ def cli(*args: str, timeout: float = 1500, check: bool = True) -> subprocess.Com
     return proc
 
 
+def ansible_env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_HOST_KEY_CHECKING": "False"}
+
+
 def ansible_ping(inventory: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_HOST_KEY_CHECKING": "False"}
     return subprocess.run(
         [str(BIN / "ansible"), "-i", str(inventory), "all", "-m", "ansible.builtin.ping", "-o"],
         capture_output=True,
         text=True,
         timeout=180,
-        env=env,
+        env=ansible_env(),
         check=False,
     )
 
@@ -96,7 +99,6 @@ def systemd_cgroup(pid: int) -> str:
 def start_a_unit_repeatedly(inventories: list[Path], times: int) -> list[subprocess.Popen]:
     """On every host of every inventory at once, start the same transient unit `times` times in a row;
     each host prints how many starts failed."""
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_HOST_KEY_CHECKING": "False"}
     loop = (
         f"fails=0; for i in $(seq {times}); do systemd-run --wait --quiet --collect --unit=vfl-cgroup-race "
         "/bin/true || fails=$((fails+1)); done; echo fails=$fails"
@@ -118,7 +120,7 @@ def start_a_unit_repeatedly(inventories: list[Path], times: int) -> list[subproc
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=env,
+            env=ansible_env(),
         )
         for inv in inventories
     ]

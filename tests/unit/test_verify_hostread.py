@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from plans import lab_instance_plan
@@ -103,6 +103,22 @@ def test_read_args_name_the_unit_the_properties_and_the_journal() -> None:
     assert (args["checks"], args["api_key"], args["request_timeout"]) == (True, "k", 3)
 
 
+def light_report(server: str, read: dict, reads: dict, metrics: str | None, **extra: Any):
+    """verify's report without test requests (full=False) over one instance read, ready at the first poll."""
+    return build_report(
+        host="lab-1",
+        plan=_plan(server),
+        journal=reads["journal"],
+        unit_show=read["unit_show"],
+        api={"health": reads["health"], "models": reads["models"], "metrics": reads["metrics"]},
+        metrics_before=metrics,
+        metrics_after=metrics,
+        readiness={"state": "ready", "reason": "/health answered 200", "waited_s": 0.3, "timeout": 0},
+        full=False,
+        **extra,
+    )
+
+
 def test_a_ready_instance_is_read_whole_in_one_call_and_passes_the_light_check(server: str) -> None:
     runner = Runner(RUNNING, journal_json())
     params = hostread.read_args(target(server), checks=True, api_key="s3cret")
@@ -115,16 +131,11 @@ def test_a_ready_instance_is_read_whole_in_one_call_and_passes_the_light_check(s
     assert (state.active_state, state.invocation_id, health) == ("active", INVOCATION, 200)
     reads = hostread.check_reads(read)
     assert reads is not None and reads["models"]["status"] == 200 and "vllm:" in reads["metrics"]["content"]
-    report = build_report(
-        host="lab-1",
-        plan=_plan(server),
-        journal=reads["journal"],
-        unit_show=read["unit_show"],
-        api={"health": reads["health"], "models": reads["models"], "metrics": reads["metrics"]},
-        metrics_before=reads["metrics"]["content"],
-        metrics_after=reads["metrics"]["content"],
-        readiness={"state": "ready", "reason": "/health answered 200", "waited_s": 0.3, "timeout": 0},
-        full=False,
+    report = light_report(
+        server,
+        read,
+        reads,
+        metrics=reads["metrics"]["content"],
         verified_start={"invocation_id": INVOCATION, "plan_sha256": "x"},
     )
     failed = [c for c in report.checks if not c.ok]
@@ -141,17 +152,7 @@ def test_a_broken_metrics_endpoint_fails_the_light_check(server: str) -> None:
     read = MODULE.read_instance(hostread.read_args(target(server), checks=True), run=runner)
     reads = hostread.check_reads(read)
     assert reads is not None and reads["metrics"]["status"] == 500
-    report = build_report(
-        host="lab-1",
-        plan=_plan(server),
-        journal=reads["journal"],
-        unit_show=read["unit_show"],
-        api={"health": reads["health"], "models": reads["models"], "metrics": reads["metrics"]},
-        metrics_before=None,
-        metrics_after=None,
-        readiness={"state": "ready", "reason": "/health answered 200", "waited_s": 0.3, "timeout": 0},
-        full=False,
-    )
+    report = light_report(server, read, reads, metrics=None)
     assert not report.ok
     assert [c.name for c in report.checks if not c.ok] == ["api_metrics"]
 
