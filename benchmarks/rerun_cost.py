@@ -13,6 +13,8 @@ N hosts, and site.yml, which must report changed=0 on every host
 disturbed by other work on the machine) for setup and re-run, re-run/setup per N, re-run(N)/re-run(1), and the
 per-role seconds of that best re-run (the vllm_fleet_timing callback's table).
 With --reuse, a lab of that name that is already up and converged is used as it is and left up.
+With --compare-preload, each round also re-runs site.yml without the vllm_fleet_preload callback (only the
+timing callback enabled), so the two are measured side by side on the same machine state.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,11 +39,36 @@ CLI = str(BIN / "vllm-fleet")
 ROLE_LINE = re.compile(r"^\s+(.+?) \((\d+) tasks?\)\s+([\d.]+) s$")
 
 
-def run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}", "ANSIBLE_NOCOLOR": "1"}
+# ansible.cfg's callbacks without vllm_fleet_preload (the environment overrides the file)
+WITHOUT_PRELOAD = {"ANSIBLE_CALLBACKS_ENABLED": "vllm_fleet.serving.vllm_fleet_timing"}
+
+
+def run(
+    argv: list[str], timeout: float, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_NOCOLOR": "1",
+        **(extra_env or {}),
+    }
     return subprocess.run(
         argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=env
     )
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this machine spent busy since boot (/proc/stat: all but idle and iowait): the
+    lab hosts' sshd and module runs, and the idle vLLM servers, share these cores with the controller."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = sum(fields) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """User and system CPU seconds of the finished child processes (ansible-playbook and its ssh clients)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def recap_changed(stdout: str) -> dict[str, int]:
@@ -54,7 +82,9 @@ def role_table(stdout: str) -> dict[str, float]:
     return {m[1]: float(m[3]) for line in table.splitlines() if (m := ROLE_LINE.match(line))}
 
 
-def site(inventory: Path, reports: Path, hosts: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+def site(
+    inventory: Path, reports: Path, hosts: list[str], extra_env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     started = time.monotonic()
     proc = run(
         [
@@ -70,6 +100,7 @@ def site(inventory: Path, reports: Path, hosts: list[str]) -> tuple[float, subpr
             f"vllm_verify_report_dir={reports}/verify",
         ],
         timeout=3600,
+        extra_env=extra_env,
     )
     return time.monotonic() - started, proc
 
@@ -84,12 +115,17 @@ def setup(inventory: Path, hosts: list[str]) -> float:
     return time.monotonic() - started
 
 
-def rerun(inventory: Path, reports: Path, hosts: list[str]) -> tuple[float, dict[str, float]]:
-    wall, proc = site(inventory, reports, hosts)
+def rerun(
+    inventory: Path, reports: Path, hosts: list[str], extra_env: dict[str, str] | None = None
+) -> tuple[float, dict[str, float], tuple[float, float]]:
+    """Wall seconds, seconds per role, and (controller CPU seconds, machine CPU seconds) of one re-run."""
+    controller, machine = children_cpu_seconds(), machine_busy_seconds()
+    wall, proc = site(inventory, reports, hosts, extra_env)
+    cpu = (children_cpu_seconds() - controller, machine_busy_seconds() - machine)
     changed = recap_changed(proc.stdout)
     if proc.returncode != 0 or not set(hosts) <= set(changed) or any(changed.values()):
         raise SystemExit(f"the re-run was not a converged no-op ({changed}):\n{proc.stdout[-5000:]}")
-    return wall, role_table(proc.stdout)
+    return wall, role_table(proc.stdout), cpu
 
 
 def main() -> int:
@@ -101,6 +137,9 @@ def main() -> int:
     parser.add_argument("--name", default="rerun-bench", help="the lab's name")
     parser.add_argument("--reuse", action="store_true", help="use a lab of --name that is up and converged")
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument(
+        "--compare-preload", action="store_true", help="also re-run without the vllm_fleet_preload callback"
+    )
     args = parser.parse_args()
     sizes = sorted({int(n) for n in args.hosts.split(",")})
     names = [f"{args.name}-{i}" for i in range(1, max(sizes) + 1)]
@@ -127,13 +166,18 @@ def main() -> int:
             print(f"converge {max(sizes)} hosts: {wall:.0f} s (not part of the figures)")
         rerun(inventory, reports, names)  # settle: the first light verify after a converge
         setups: dict[int, list[float]] = {n: [] for n in sizes}
-        reruns: dict[int, list[tuple[float, dict[str, float]]]] = {n: [] for n in sizes}
+        reruns: dict[int, list[tuple[float, dict[str, float], tuple[float, float]]]] = {n: [] for n in sizes}
+        unloaded: dict[int, list[float]] = {n: [] for n in sizes}
         for round_ in range(1, args.rounds + 1):
             for n in sizes:
                 setups[n].append(setup(inventory, names[:n]))
                 reruns[n].append(rerun(inventory, reports, names[:n]))
                 wall = reruns[n][-1][0]
-                print(f"round {round_}, {n} host(s): setup {setups[n][-1]:5.1f} s, re-run {wall:5.1f} s")
+                line = f"round {round_}, {n} host(s): setup {setups[n][-1]:5.1f} s, re-run {wall:5.1f} s"
+                if args.compare_preload:
+                    unloaded[n].append(rerun(inventory, reports, names[:n], WITHOUT_PRELOAD)[0])
+                    line += f", without preload {unloaded[n][-1]:5.1f} s"
+                print(line, flush=True)
     finally:
         if not (args.keep or args.reuse):
             run([CLI, "lab", "down", "--name", args.name], 600)
@@ -142,12 +186,30 @@ def main() -> int:
     best = {n: min(reruns[n], key=lambda item: item[0]) for n in sizes}
     one = best[sizes[0]][0]
     versus_one = f"re-run/re-run({sizes[0]})"
-    print(f"{'hosts':>5}  {'setup s':>8}  {'re-run s':>8}  {'re-run/setup':>12}  {versus_one:>16}")
+    print(
+        f"{'hosts':>5}  {'setup s':>8}  {'re-run s':>8}  {'re-run/setup':>12}  {versus_one:>16}"
+        f"  {'controller CPU s':>16}  {'machine CPU s':>13}  {'CPU floor s':>11}"
+    )
+    cores = os.cpu_count() or 1
     for n in sizes:
         s = min(setups[n])
-        print(f"{n:>5}  {s:8.1f}  {best[n][0]:8.1f}  {best[n][0] / s:12.1f}  {best[n][0] / one:16.2f}")
+        wall, _, (controller, machine) = best[n]
+        print(
+            f"{n:>5}  {s:8.1f}  {wall:8.1f}  {wall / s:12.1f}  {wall / one:16.2f}"
+            f"  {controller:16.1f}  {machine:13.1f}  {machine / cores:11.1f}"
+        )
+    print(
+        f"(CPU floor: the machine's busy CPU seconds over its {cores} cores, the shortest wall time this"
+        " machine allows that run: controller, lab hosts and idle vLLM servers share the cores)"
+    )
+    if args.compare_preload:
+        print(f"\n{'hosts':>5}  {'re-run s':>8}  {'without preload s':>17}  {'ratio':>5}")
+        for n in sizes:
+            print(
+                f"{n:>5}  {best[n][0]:8.1f}  {min(unloaded[n]):17.1f}  {min(unloaded[n]) / best[n][0]:5.2f}"
+            )
     roles = sorted(
-        {role for _, table in best.values() for role in table}, key=lambda r: -best[sizes[-1]][1].get(r, 0)
+        {role for _, table, _ in best.values() for role in table}, key=lambda r: -best[sizes[-1]][1].get(r, 0)
     )
     print("\nper role, seconds of the best re-run:")
     print(f"  {'role':24}" + "".join(f"{str(n) + ' host(s)':>12}" for n in sizes))

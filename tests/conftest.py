@@ -8,7 +8,7 @@ venv, a checkout) are made once. The longest units go first, so that the workers
 it is the order of the one process.
 
 While tests run, the process that prints the results also prints which tests are still running whenever it
-printed nothing for 30 s (tests/unit/heartbeat.py): a lab test runs for minutes, and a run should never look
+printed nothing for 20 s (tests/unit/heartbeat.py): a lab test runs for minutes, and a run should never look
 hung (issue 20).
 """
 

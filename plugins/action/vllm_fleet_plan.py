@@ -17,6 +17,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.build import build_host_plan
@@ -26,6 +27,11 @@ from vllm_fleet.plan.model_config import model_config_from
 from vllm_fleet.probe.topology import Topology
 
 display = Display()
+
+# The flag catalog (0.9 MB of JSON, every plan reads it) is parsed when this plugin is imported, not when it
+# runs: the vllm_fleet_preload callback imports it in ansible-playbook's own process, so the worker that plans
+# each host inherits it parsed instead of parsing it again (issue 21).
+flags.catalogued_versions()
 
 ARGUMENT_SPEC = {
     "topology": {"type": "dict", "required": True},

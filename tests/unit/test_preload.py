@@ -96,3 +96,20 @@ def test_it_loads_every_filter_and_action_plugin_of_the_collection() -> None:
         for path in (REPO / "plugins" / kind).glob("*.py")
     }
     assert set(run.stdout.split()) == expected
+
+
+def test_at_the_playbook_start_it_freezes_what_workers_inherit() -> None:
+    probe = (
+        "import gc\n"
+        "from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder\n"
+        f"_AnsibleCollectionFinder(paths=[{str(REPO)!r}])._install()\n"
+        "from ansible_collections.vllm_fleet.serving.plugins.callback import vllm_fleet_preload as p\n"
+        "before = gc.get_freeze_count()\n"
+        "p.CallbackModule().v2_playbook_on_start(None)\n"
+        "print(before, gc.get_freeze_count())\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    before, after = map(int, run.stdout.split())
+    assert before == 0 and after > 10_000  # the library's objects among them

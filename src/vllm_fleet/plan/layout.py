@@ -383,7 +383,13 @@ def _p2p(topology: Topology, gpus: list[int]) -> tuple[bool, bool, list[str]]:
 
 
 def _cpu_layout(topology: Topology, base_port: int, tp: int | None) -> Layout:
-    reasons = ["No NVIDIA GPU found: one vLLM instance on the CPU backend."]
+    reasons = [
+        "No NVIDIA GPU found: one vLLM instance on the CPU backend.",
+        # what the lab runs: an info line, not a warning nobody can act on (issue 20)
+        "KV cache: VLLM_CPU_KVCACHE_SPACE GiB of host memory (vllm_service_extra_env; the lab sets 1), not a "
+        "GPU budget, unless vllm_service_kv_cache_memory_bytes is set; verify checks the size vLLM logs at "
+        "startup ('CPU KV cache size: N tokens').",
+    ]
     warnings = []
     if tp not in (None, 1):
         warnings.append(
