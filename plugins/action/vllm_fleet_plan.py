@@ -3,9 +3,10 @@
 Thin by design: the plan is `vllm_fleet.plan.build.build_host_plan` (layout, serve command, rules, capacity,
 fleet checks); the variables are read and the argument specs checked by `vllm_fleet.plan.inventory` with
 ansible-core's own Templar and ArgumentSpecValidator, exactly as `vllm-fleet plan --inventory` does. Touches
-no host. Fails with every error of the host at once; returns the plan as the fact `vllm_fleet_plan`
-(`HostPlan.to_dict()`) and writes it (and the probe's facts) on the controller in Python: three delegated
-file tasks per host cost a converged re-run seconds.
+no host. Fails with every error of the host at once; returns the plan as `plan` (`HostPlan.to_dict()`, which
+preflight keeps as the run's `vllm_fleet_plan` with set_fact, never a cached fact) and writes it (and the
+probe's facts) on the controller in Python: three delegated file tasks per host cost a converged re-run
+seconds.
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ class ActionModule(ActionBase):
         for warning in plan.warnings:
             display.warning(f"vllm_fleet_plan ({host}) {warning}")
         data = plan.to_dict()
-        result.update(changed=False, ansible_facts={"vllm_fleet_plan": data}, plan=data)
+        # the plan as `plan`, not as a fact: Ansible's fact cache would keep a fact for the next run, which
+        # must plan its own inventory (preflight sets the run's vllm_fleet_plan from it with set_fact)
+        result.update(changed=False, plan=data)
         if not plan.errors and args["plan_dir"]:
             result["plan_path"] = str(write_json(Path(args["plan_dir"]) / f"{host}.json", data))
         if plan.errors:
