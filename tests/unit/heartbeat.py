@@ -1,4 +1,4 @@
-"""A pytest plugin that says which tests are still running when nothing was printed for 20 s (issue 20: a run
+"""A pytest plugin that says which tests are still running when no line was printed for 20 s (issue 20: a run
 that prints nothing for minutes looks hung). tests/conftest.py starts it for the suite."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ EVERY_ENV = "VLLM_FLEET_TEST_HEARTBEAT_S"  # for the plugin's own test
 
 
 class Heartbeat:
-    """Prints the running tests and how long each has run when nothing was printed for `every` seconds. It
+    """Prints the running tests and how long each has run when no line was printed for `every` seconds. It
     runs in the process that prints the results: with -n, pytest-xdist relays each worker's test starts and
     ends to it as these same hooks."""
 
@@ -33,7 +33,19 @@ class Heartbeat:
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         self.running.pop(nodeid, None)
-        self.last_line = time.monotonic()
+
+    def watch_lines(self, writer) -> None:
+        """Restart the clock at every end of line `writer` (the reporter's TerminalWriter) writes, not at
+        every test's end: a finished test is one more dot on a row that ends only when it is full, and a log
+        or CI shows lines, not dots (a 2-minute silence between lines was measured that way)."""
+        write = writer.write
+
+        def write_and_note(text: str, **markup) -> None:
+            write(text, **markup)
+            if "\n" in text:
+                self.last_line = time.monotonic()
+
+        writer.write = write_and_note
 
     def _beat(self) -> None:
         while not self.stopped.wait(1):
@@ -71,6 +83,7 @@ def start(config: pytest.Config) -> None:
         return
     every = float(os.environ.get(EVERY_ENV, DEFAULT_EVERY_S))
     heartbeat = Heartbeat(_line_writer(config, reporter), every)
+    heartbeat.watch_lines(reporter._tw)
     config.pluginmanager.register(heartbeat, "vllm-fleet-heartbeat")
     heartbeat.thread.start()
     config.add_cleanup(heartbeat.stopped.set)
