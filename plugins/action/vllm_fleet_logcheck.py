@@ -75,4 +75,11 @@ class ActionModule(ActionBase):
         if not report.ok:
             result["msg"] = failure_message(data)
             result["failed"] = args["fail_on_error"]
+        # the line the role keeps per instance (vllm_verify_results): its set_stats and assert read it
+        result["verdict"] = {
+            "instance": data["instance"],
+            "ok": report.ok,
+            "msg": result.get("msg", ""),
+            "report_path": result.get("report_path", ""),
+        }
         return result

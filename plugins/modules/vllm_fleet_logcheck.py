@@ -122,4 +122,10 @@ report_path:
   description: Where the report was written on the controller.
   type: str
   returned: when report_dir is set
+verdict:
+  description:
+    - The instance's line in the vllm_verify role's C(vllm_verify_results) (C(instance), C(ok), C(msg),
+      C(report_path)).
+  type: dict
+  returned: always
 """

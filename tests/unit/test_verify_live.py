@@ -1,8 +1,8 @@
 """vllm_fleet.verify.live and `vllm-fleet verify`: the role's requests without Ansible, readiness without
 systemd.
 
-The order and bodies of the requests are compared with roles/vllm_verify/tasks/instance.yml's; the HTTP client
-runs against a real server (http.server on loopback). What a real vLLM answered is judged in
+The role sends the test requests through the same function (send_test_requests, in vllm_fleet_requests); the
+HTTP client runs against a real server (http.server on loopback). What a real vLLM answered is judged in
 test_gpu_h200_fixtures.py (recorded on an H200). The lab comparison with the role (test_verify_cli_lab.py) is
 out of the suite until it passes (git show 0d09776:tests/integration/test_verify_cli_lab.py).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -26,6 +27,7 @@ from vllm_fleet.verify.report import api_target
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = ROOT / "roles" / "vllm_verify" / "defaults" / "main.yml"
+HEALTHY = ROOT / "tests" / "fixtures" / "metrics" / "healthy"
 PLAN = {
     "name": "i0",
     "argv": [
@@ -107,6 +109,36 @@ def test_gather_asks_what_the_role_asks_in_its_order() -> None:
     assert warm["prompt"] == " ".join([live.DEFAULT_PROMPT] * 2) == answers["probe_prompt"]
     assert set(answers["api"]) == {"health", "models", "completion", "chat", "metrics"}
     assert answers["warmup"] == [200, 200, 200]
+
+
+def test_test_requests_size_the_warmup_prompt_from_the_real_answers() -> None:
+    """send_test_requests (the body of the role's vllm_fleet_requests action) over the answers a real vLLM CPU
+    server gave in the lab (tests/fixtures/metrics/healthy): 92 prompt tokens per copy and 128-token CPU
+    blocks, so two copies (184 tokens) fill one block, and 192 tokens fit a max_model_len of 256."""
+    api = json.loads((HEALTHY / "api.json").read_text())
+    completion = {"status": 200, "json": json.loads(api["completion"]["content"])}
+    before = (HEALTHY / "metrics-before.txt").read_text()
+    sent: list[tuple[str, str, dict | None]] = []
+
+    def send(method, url, *, body=None, headers=None, timeout_s=0):
+        sent.append((method, url.split("8001", 1)[1], body))
+        return completion if url.endswith("/completions") else {"status": 200, "content": "after"}
+
+    request = live.Request(prompt="ab", warmup_requests=2)
+    answers = live.send_test_requests(replace(TARGET, max_model_len=256), request, before, send)
+    assert [(m, p) for m, p, _ in sent] == [
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/completions"),
+        ("GET", "/metrics"),
+    ]
+    assert answers["probe_prompt"] == "ab ab" == sent[2][2]["prompt"] == sent[3][2]["prompt"]
+    assert answers["metrics_before"] == before and answers["metrics_after"] == "after"
+    assert answers["warmup"] == [200, 200]
+    # too short a max_model_len for two copies: one copy, and no prefix-cache hit is expected
+    one = live.send_test_requests(replace(TARGET, max_model_len=150), request, before, send)
+    assert one["probe_prompt"] == "ab"
 
 
 def test_api_key_is_sent_and_never_shown() -> None:

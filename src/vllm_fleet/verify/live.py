@@ -1,11 +1,12 @@
 """The HTTP side of `vllm-fleet verify`: ask a running vLLM what the vllm_verify role asks, with urllib only.
 
-The role gathers its answers with `ansible.builtin.uri` on the host; this module gathers the same answers,
-in the same order and shape (`status`, `content`, `json`: what `uri` registers), for a vLLM that runs under
-no systemd unit of this toolkit (a container, another supervisor, a GPU host without systemd). The verdict
-is `vllm_fleet.verify.report.build_report`'s in both cases, so the role and the CLI share one implementation.
+The role reads an instance in its readiness wait and sends the test requests with `send_test_requests`
+through `ansible.builtin.uri` on the host (the vllm_fleet_requests action); this module gathers the same
+answers, in the same order and shape (`status`, `content`, `json`: what `uri` registers), with urllib, for a
+vLLM that runs under no systemd unit of this toolkit (a container, another supervisor, a GPU host without
+systemd). The verdict is `vllm_fleet.verify.report.build_report`'s in both cases.
 
-    answers = gather(target, Request())           # what instance.yml's uri tasks register
+    answers = gather(target, Request())           # what the role's wait and vllm_fleet_requests read
     readiness = wait_ready(target, timeout_s=600, log_path=..., pid=...)
 """
 
@@ -132,7 +133,8 @@ def gather(
     request: Request,
     send: Callable[..., dict[str, Any]] = http,
 ) -> dict[str, Any]:
-    """The answers roles/vllm_verify/tasks/instance.yml collects, in its order, keyed as build_report reads.
+    """Every answer verify checks, in the role's order, keyed as build_report reads: the reads the role's
+    readiness wait makes once the instance is ready (/health, /v1/models, /metrics), then `test_requests`.
 
     Returns `{"api": {health, models, completion, chat, metrics}, "metrics_before", "metrics_after",
     "warmup": [statuses], "probe_prompt"}`.
@@ -141,18 +143,37 @@ def gather(
     health = send("GET", f"{base}/health", timeout_s=timeout)
     models = send("GET", f"{base}/v1/models", headers=auth, timeout_s=timeout)
     before = send("GET", f"{base}/metrics", timeout_s=timeout)
-    completion = send(
-        "POST",
-        f"{base}/v1/completions",
-        headers=auth,
-        timeout_s=timeout,
-        body={
+    answers = send_test_requests(target, request, before.get("content") or "", send)
+    answers["api"] = {"health": health, "models": models, **answers["api"]}
+    return answers
+
+
+def send_test_requests(
+    target: ApiTarget,
+    request: Request,
+    metrics_before: str,
+    send: Callable[..., dict[str, Any]] = http,
+) -> dict[str, Any]:
+    """The test requests after a (re)start: a completion, a chat completion, the warm-up load on a prompt
+    that spans a KV block (prefix-cache hits, TTFT), then the /metrics scrape they are measured against.
+    The CLI sends them with `http`; the role's vllm_fleet_requests action through `ansible.builtin.uri` on
+    the host.
+
+    Returns `{"api": {completion, chat, metrics}, "metrics_before", "metrics_after", "warmup": [statuses],
+    "probe_prompt"}`.
+    """
+    base, timeout, auth = target.base_url, request.timeout_s, _headers(request)
+
+    def complete(prompt: str) -> dict[str, Any]:
+        body = {
             "model": target.served_model_name,
-            "prompt": request.prompt,
+            "prompt": prompt,
             "max_tokens": request.max_tokens,
             "temperature": 0,
-        },
-    )
+        }
+        return send("POST", f"{base}/v1/completions", headers=auth, timeout_s=timeout, body=body)
+
+    completion = complete(request.prompt)
     chat = send(
         "POST",
         f"{base}/v1/chat/completions",
@@ -165,33 +186,19 @@ def gather(
             "temperature": 0,
         },
     )
-    # The role's vllm_verify_probe_prompt filter: the prompt repeated to span more than one KV block.
+    # The prompt repeated to span more than one KV block: prefix caching hits whole blocks only.
     probe = probe_prompt(
         request.prompt,
         _prompt_tokens(completion),
-        cache_block_size(before.get("content") or ""),
+        cache_block_size(metrics_before),
         target.max_model_len,
         request.max_tokens,
     )
-    warmup = [
-        send(
-            "POST",
-            f"{base}/v1/completions",
-            headers=auth,
-            timeout_s=timeout,
-            body={
-                "model": target.served_model_name,
-                "prompt": probe,
-                "max_tokens": request.max_tokens,
-                "temperature": 0,
-            },
-        ).get("status")
-        for _ in range(request.warmup_requests)
-    ]
+    warmup = [complete(probe).get("status") for _ in range(request.warmup_requests)]
     after = send("GET", f"{base}/metrics", timeout_s=timeout)
     return {
-        "api": {"health": health, "models": models, "completion": completion, "chat": chat, "metrics": after},
-        "metrics_before": before.get("content") or "",
+        "api": {"completion": completion, "chat": chat, "metrics": after},
+        "metrics_before": metrics_before,
         "metrics_after": after.get("content") or "",
         "warmup": warmup,
         "probe_prompt": probe,
