@@ -149,6 +149,11 @@ def fleet(tmp_path_factory, saved_venv_when_ready):
             )
             assert site.returncode == 0, site.stdout[-6000:]
             print(f"baseline site.yml on 3 hosts: {time.monotonic() - started:.0f}s")
+            # verify's steps run once for the three hosts side by side: an include per instance made a
+            # block per host, and Ansible ran the three blocks one after another (issue 21)
+            for step in ("Wait for each instance", "Send the test requests", "Check each instance"):
+                headers = re.findall(rf"^TASK \[vllm_fleet\.serving\.vllm_verify : {step}", site.stdout, re.M)
+                assert len(headers) == 1, (step, len(headers))
             if preinstalled:  # the role found the saved venv at the pin on every host: pip never ran
                 pip_task = site.stdout.split(" : Install or move vLLM to the pin")[1].split("TASK [")[0]
                 assert sorted(re.findall(r"^skipping: \[(\S+)\]", pip_task, re.M)) == HOSTS, pip_task
