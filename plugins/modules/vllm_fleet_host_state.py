@@ -48,8 +48,8 @@ options:
   compare_sha256:
     description:
       - Path -> the sha256 the controller expects, for files whose digest must not leave the host (a file
-        holding secrets: a plain sha256 of a short key is a fast oracle for it). Each path is stat'ed as in
-        O(paths), but its stat holds C(sha256_matches) (true or false) instead of C(sha256).
+        holding secrets, whose plain sha256 would be a fast oracle for a short key). Each path is stat'ed as
+        in O(paths), but its stat holds C(sha256_matches) (true or false) instead of C(sha256).
       - The values are masked in the task's output (C(no_log)).
     type: dict
     default: {}
@@ -72,7 +72,7 @@ options:
   venv:
     description:
       - A Python venv whose state is returned in RV(venv), read by its own interpreter in one process (no
-        pip; C(importlib.metadata) sees what C(vllm serve) sees): whether its python runs, its
+        pip; C(importlib.metadata) sees what C(vllm serve) sees), that is whether its python runs, its
         C(site-packages) (purelib) and every installed distribution with its version.
       - Empty for none.
     type: path
