@@ -226,3 +226,13 @@ def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(
     assert on_host(inventory, f"cat {unit_file}") == unit
     assert on_host(inventory, "systemctl show -p Description --value vllm-fleet-i0") != "edited by hand"
     assert on_host(inventory, "systemctl show -p InvocationID --value vllm-fleet-i0") not in ("", edited)
+
+    # One stage by its tag plans first (preflight runs under any --tags: every stage reads the plan), and
+    # writes the hand-edited sysctl back without the other stages.
+    on_host(inventory, f"echo 'kernel.numa_balancing = 1' > {sysctl_file}")
+    tune_only = site(inventory, reports, "--tags", "tune")
+    assert tune_only.returncode == 0, tune_only.stdout[-5000:]
+    assert "TASK [Build this host's plan and check every role's variables]" in tune_only.stdout
+    assert "TASK [vllm_fleet.serving.vllm_service" not in tune_only.stdout, tune_only.stdout[-5000:]
+    assert recap(tune_only, name)["changed"] > 0, tune_only.stdout[-5000:]
+    assert on_host(inventory, f"cat {sysctl_file}") == tuned
