@@ -11,7 +11,9 @@ playbook uses; `ansible` gets the same pattern), `--rounds` times each, interlea
 N hosts, and site.yml, which must report changed=0 on every host
 (else the benchmark fails: it measures re-checks, not changes). Prints the best of the rounds (the least
 disturbed by other work on the machine) for setup and re-run, re-run/setup per N, re-run(N)/re-run(1), and the
-per-role seconds of that best re-run (the vllm_fleet_timing callback's table).
+per-role seconds of that best re-run (the vllm_fleet_timing callback's table), the tasks per host, the CPU
+of the controller and of the rest of the machine (the lab hosts share its cores), and what one remote module
+run costs (a row of `ansible.builtin.ping` tasks on one host).
 With --reuse, a lab of that name that is already up and converged is used as it is and left up.
 With --compare-preload, each round also re-runs site.yml without the vllm_fleet_preload callback (only the
 timing callback enabled), so the two are measured side by side on the same machine state.
@@ -76,6 +78,16 @@ def recap_changed(stdout: str) -> dict[str, int]:
     return {host: int(n) for host, n in re.findall(r"^(\S+)\s*: ok=\d+\s+changed=(\d+)", recap, re.M)}
 
 
+def recap_tasks(stdout: str, hosts: list[str]) -> int:
+    """Tasks the run took on a host (ok + skipped: a converged re-run has no other), the most of any host."""
+    recap = stdout.split("PLAY RECAP")[-1]
+    counts = {
+        host: int(ok) + int(skipped)
+        for host, ok, skipped in re.findall(r"^(\S+)\s*: ok=(\d+).*?skipped=(\d+)", recap, re.M)
+    }
+    return max(counts.get(host, 0) for host in hosts)
+
+
 def role_table(stdout: str) -> dict[str, float]:
     """Seconds per role from the timing callback's "role timings" table."""
     table = stdout.split("role timings (wall clock, slowest first):")[-1].split("slowest ")[0]
@@ -117,15 +129,36 @@ def setup(inventory: Path, hosts: list[str]) -> float:
 
 def rerun(
     inventory: Path, reports: Path, hosts: list[str], extra_env: dict[str, str] | None = None
-) -> tuple[float, dict[str, float], tuple[float, float]]:
-    """Wall seconds, seconds per role, and (controller CPU seconds, machine CPU seconds) of one re-run."""
+) -> tuple[float, dict[str, float], tuple[float, float], int]:
+    """Wall seconds, seconds per role, (controller CPU seconds, machine CPU seconds) and the tasks per host
+    of one re-run."""
     controller, machine = children_cpu_seconds(), machine_busy_seconds()
     wall, proc = site(inventory, reports, hosts, extra_env)
     cpu = (children_cpu_seconds() - controller, machine_busy_seconds() - machine)
     changed = recap_changed(proc.stdout)
     if proc.returncode != 0 or not set(hosts) <= set(changed) or any(changed.values()):
         raise SystemExit(f"the re-run was not a converged no-op ({changed}):\n{proc.stdout[-5000:]}")
-    return wall, role_table(proc.stdout), cpu
+    return wall, role_table(proc.stdout), cpu, recap_tasks(proc.stdout, hosts)
+
+
+MODULE_RUNS = 20
+
+
+def module_run_cost(inventory: Path, work: Path, host: str) -> tuple[float, float, float]:
+    """What one remote module run costs, from MODULE_RUNS `ansible.builtin.ping` tasks in a row on one host:
+    (wall seconds, controller CPU seconds, CPU seconds outside the controller: the lab host's sshd and the
+    module's Python) per run. ansible-core's AnsiballZ wrapper imports module_utils from a zip, compiled from
+    source on every run."""
+    playbook = work / "ping.yml"
+    tasks = "".join(f"    - name: Ping {i}\n      ansible.builtin.ping:\n" for i in range(MODULE_RUNS))
+    playbook.write_text(f"- name: Ping\n  hosts: {host}\n  gather_facts: false\n  tasks:\n{tasks}")
+    controller, machine, started = children_cpu_seconds(), machine_busy_seconds(), time.monotonic()
+    proc = run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)], 600)
+    wall = time.monotonic() - started
+    controller, machine = children_cpu_seconds() - controller, machine_busy_seconds() - machine
+    if proc.returncode != 0:
+        raise SystemExit(f"the ping playbook failed:\n{proc.stdout[-3000:]}")
+    return wall / MODULE_RUNS, controller / MODULE_RUNS, (machine - controller) / MODULE_RUNS
 
 
 def main() -> int:
@@ -166,7 +199,9 @@ def main() -> int:
             print(f"converge {max(sizes)} hosts: {wall:.0f} s (not part of the figures)")
         rerun(inventory, reports, names)  # settle: the first light verify after a converge
         setups: dict[int, list[float]] = {n: [] for n in sizes}
-        reruns: dict[int, list[tuple[float, dict[str, float], tuple[float, float]]]] = {n: [] for n in sizes}
+        reruns: dict[int, list[tuple[float, dict[str, float], tuple[float, float], int]]] = {
+            n: [] for n in sizes
+        }
         unloaded: dict[int, list[float]] = {n: [] for n in sizes}
         for round_ in range(1, args.rounds + 1):
             for n in sizes:
@@ -178,6 +213,7 @@ def main() -> int:
                     unloaded[n].append(rerun(inventory, reports, names[:n], WITHOUT_PRELOAD)[0])
                     line += f", without preload {unloaded[n][-1]:5.1f} s"
                 print(line, flush=True)
+        module_cost = module_run_cost(inventory, work, names[0])
     finally:
         if not (args.keep or args.reuse):
             run([CLI, "lab", "down", "--name", args.name], 600)
@@ -187,20 +223,34 @@ def main() -> int:
     one = best[sizes[0]][0]
     versus_one = f"re-run/re-run({sizes[0]})"
     print(
-        f"{'hosts':>5}  {'setup s':>8}  {'re-run s':>8}  {'re-run/setup':>12}  {versus_one:>16}"
-        f"  {'controller CPU s':>16}  {'machine CPU s':>13}  {'CPU floor s':>11}"
+        f"{'hosts':>5}  {'tasks/host':>10}  {'setup s':>8}  {'re-run s':>8}  {'re-run/setup':>12}"
+        f"  {versus_one:>16}  {'controller CPU s':>16}  {'hosts CPU s':>11}  {'CPU floor s':>11}"
     )
     cores = os.cpu_count() or 1
     for n in sizes:
         s = min(setups[n])
-        wall, _, (controller, machine) = best[n]
+        wall, _, (controller, machine), tasks = best[n]
         print(
-            f"{n:>5}  {s:8.1f}  {wall:8.1f}  {wall / s:12.1f}  {wall / one:16.2f}"
-            f"  {controller:16.1f}  {machine:13.1f}  {machine / cores:11.1f}"
+            f"{n:>5}  {tasks:10d}  {s:8.1f}  {wall:8.1f}  {wall / s:12.1f}  {wall / one:16.2f}"
+            f"  {controller:16.1f}  {machine - controller:11.1f}  {machine / cores:11.1f}"
         )
     print(
-        f"(CPU floor: the machine's busy CPU seconds over its {cores} cores, the shortest wall time this"
-        " machine allows that run: controller, lab hosts and idle vLLM servers share the cores)"
+        "(hosts CPU: the machine's busy CPU seconds less the controller's: the lab hosts' sshd and module"
+        f" runs, the idle vLLM servers; CPU floor: all busy CPU seconds over the {cores} cores, the shortest"
+        " wall time this machine allows that run)"
+    )
+    base_wall, _, (_, base_machine), _ = best[sizes[0]]
+    for n in sizes[1:]:
+        wall, _, (_, machine), _ = best[n]
+        print(
+            f"{n} hosts against {sizes[0]}: {wall - base_wall:.1f} s more wall time for"
+            f" {machine - base_machine:.1f} CPU seconds more work ({(machine - base_machine) / cores:.1f} s"
+            f" on {cores} cores)"
+        )
+    per_wall, per_controller, per_host = module_cost
+    print(
+        f"one remote module run ({MODULE_RUNS} x ansible.builtin.ping on {names[0]}): {per_wall:.2f} s wall,"
+        f" controller CPU {per_controller:.3f} s, CPU outside the controller {per_host:.3f} s"
     )
     if args.compare_preload:
         print(f"\n{'hosts':>5}  {'re-run s':>8}  {'without preload s':>17}  {'ratio':>5}")
@@ -209,7 +259,8 @@ def main() -> int:
                 f"{n:>5}  {best[n][0]:8.1f}  {min(unloaded[n]):17.1f}  {min(unloaded[n]) / best[n][0]:5.2f}"
             )
     roles = sorted(
-        {role for _, table, _ in best.values() for role in table}, key=lambda r: -best[sizes[-1]][1].get(r, 0)
+        {role for _, table, _, _ in best.values() for role in table},
+        key=lambda r: -best[sizes[-1]][1].get(r, 0),
     )
     print("\nper role, seconds of the best re-run:")
     print(f"  {'role':24}" + "".join(f"{str(n) + ' host(s)':>12}" for n in sizes))

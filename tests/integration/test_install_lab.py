@@ -183,6 +183,7 @@ def test_a_wrong_fingerprint_is_refused_before_the_key_is_placed(
 ) -> None:
     key, _ = mirror_key
     extra = {
+        **LAB_VLLM,  # `-t nvidia_driver` plans first too: preflight runs under any tag
         "nvidia_driver_mode": "install",
         "nvidia_driver_force": True,
         "nvidia_driver_manage_packages": False,
