@@ -12,7 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-FIX = ROOT / "tests" / "fixtures" / "metrics" / "healthy"
 
 
 def _load(path: Path):

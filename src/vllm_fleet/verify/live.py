@@ -134,7 +134,8 @@ def gather(
     send: Callable[..., dict[str, Any]] = http,
 ) -> dict[str, Any]:
     """Every answer verify checks, in the role's order, keyed as build_report reads: the reads the role's
-    readiness wait makes once the instance is ready (/health, /v1/models, /metrics), then `test_requests`.
+    readiness wait makes once the instance is ready (/health, /v1/models, /metrics), then
+    `send_test_requests`.
 
     Returns `{"api": {health, models, completion, chat, metrics}, "metrics_before", "metrics_after",
     "warmup": [statuses], "probe_prompt"}`.
