@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet.verify import logcheck
-from vllm_fleet.verify.logcheck import LogParser, clean_line, parse_file, parse_log
+from vllm_fleet.verify.logcheck import LogParser, clean_line, parse_file, parse_log, patterns
+from vllm_fleet.verify.logcheck import parser as logparser
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SENTINEL = "# ---- verbatim below ----\n"
@@ -42,13 +42,13 @@ def reference(text: str) -> dict:
     parser = LogParser()
     for raw in io.StringIO(text, newline=None):
         parser.report.lines_read += 1
-        raw = logcheck._ANSI.sub("", raw)
+        raw = patterns._ANSI.sub("", raw)
         line = clean_line(raw)
         if parser.joins or parser.traceback is not None:
             parser._follow(line)
         if not line:
             continue
-        for needles, handler in logcheck._HANDLERS:
+        for needles, handler in logparser._HANDLERS:
             if any(needle in raw for needle in needles):
                 handler(parser, line)
     return parser.finish().to_dict()
@@ -74,8 +74,8 @@ def test_clean_line_gates_match_the_regexes() -> None:
     """The cheap tests in front of each prefix regex never skip a line the regex would change."""
     for text in LOGS.values():
         for raw in text.splitlines():
-            slow = logcheck._ANSI.sub("", raw)
-            for prefix in (logcheck._JOURNAL_PREFIX, logcheck._ISO_PREFIX, logcheck._COMPOSE_PREFIX):
+            slow = patterns._ANSI.sub("", raw)
+            for prefix in (patterns._JOURNAL_PREFIX, patterns._ISO_PREFIX, patterns._COMPOSE_PREFIX):
                 slow = prefix.sub("", slow)
-            slow = logcheck._PROCESS_PREFIX.sub("", slow)
+            slow = patterns._PROCESS_PREFIX.sub("", slow)
             assert clean_line(raw) == slow, raw

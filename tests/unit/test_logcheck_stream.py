@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet.verify import logcheck
 from vllm_fleet.verify.logcheck import HISTORY_LIMIT, LogParser, check_log, parse_file, parse_lines, parse_log
+from vllm_fleet.verify.logcheck import parser as logparser
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SENTINEL = "# ---- verbatim below ----\n"
@@ -30,9 +30,9 @@ def public_logs() -> list[str]:
 
 def handlers_of(line: str) -> tuple:
     """The handlers the needle automaton picks for one line."""
-    starts, _, masks = logcheck._line_masks(line + "\n")
+    starts, _, masks = logparser._line_masks(line + "\n")
     assert len(starts) <= 1
-    return logcheck._MASK_HANDLERS[masks[0]] if masks else ()
+    return logparser._MASK_HANDLERS[masks[0]] if masks else ()
 
 
 def test_the_automaton_finds_every_needle_of_every_handler() -> None:
@@ -40,25 +40,25 @@ def test_the_automaton_finds_every_needle_of_every_handler() -> None:
     needles in one line (overlapping, nested: `KV Cache` in `reserved for KV Cache`), reach their handlers."""
     missed = [
         (needle, handler.__name__)
-        for needles, handler in logcheck._HANDLERS
+        for needles, handler in logparser._HANDLERS
         for needle in needles
         if handler not in handlers_of(f"INFO x {needle} y")
     ]
     assert missed == []
-    every = " ".join(needle for needles, _ in logcheck._HANDLERS for needle in needles)
-    assert handlers_of(every) == tuple(handler for _, handler in logcheck._HANDLERS)
+    every = " ".join(needle for needles, _ in logparser._HANDLERS for needle in needles)
+    assert handlers_of(every) == tuple(handler for _, handler in logparser._HANDLERS)
     assert handlers_of('INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK') == ()
 
 
 def test_lines_and_masks_of_a_block() -> None:
     block = "a Binding x\nnothing here\nStarting vLLM API server 0 on http://0:8000\nlast version"
-    starts, ends, masks = logcheck._line_masks(block)
+    starts, ends, masks = logparser._line_masks(block)
     assert [block[s:e] for s, e in zip(starts, ends, strict=True)] == [
         "a Binding x",
         "Starting vLLM API server 0 on http://0:8000",
         "last version",
     ]
-    assert [logcheck._MASK_HANDLERS[m] for m in masks] == [
+    assert [logparser._MASK_HANDLERS[m] for m in masks] == [
         (LogParser._on_numa,),
         (LogParser._on_ready,),
         (LogParser._on_version,),
@@ -78,7 +78,7 @@ def test_stats_fast_path_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> Non
     text += healthy[healthy.index("Application startup complete") :] * 20  # serving: stats and access lines
     fast = parse_log(text).to_dict()
     assert text.count("Avg prompt throughput") > 50 and fast["stats"] is not None  # the fast path ran
-    monkeypatch.setattr(logcheck, "_STATS_MASK", -1)
+    monkeypatch.setattr(logparser, "_STATS_MASK", -1)
     assert parse_log(text).to_dict() == fast
 
 
@@ -97,7 +97,7 @@ def test_block_size_does_not_change_the_report(block_chars: int, monkeypatch: py
     """Blocks cut at any line end give the same report: wrapped errors and tracebacks span blocks."""
     text = "".join(public_logs()) + journal("kv_too_small") + journal("healthy")
     whole = parse_log(text).to_dict()
-    monkeypatch.setattr(logcheck, "BLOCK_CHARS", block_chars)
+    monkeypatch.setattr(logparser, "BLOCK_CHARS", block_chars)
     assert parse_log(text).to_dict() == whole
     assert parse_lines(text.splitlines(keepends=True)).to_dict() == whole
 

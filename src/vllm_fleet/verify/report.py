@@ -21,7 +21,7 @@ from typing import Any
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.host import InstancePlan, connect_address
-from vllm_fleet.verify.logcheck import _EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
+from vllm_fleet.verify.logcheck import EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
 from vllm_fleet.verify.logcheck import Check, check_log, parse_log
 from vllm_fleet.verify.metrics import MetricsSummary, summarize_metrics
 
