@@ -10,12 +10,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet.cli import emit, read_input_file
+from vllm_fleet.cli import emit
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.capacity import format_plan, plan_capacity
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
-from vllm_fleet.plan.model_config import parse_model_config
+from vllm_fleet.plan.model_config import parse_model_config, read_model_config_file
 from vllm_fleet.sizes import parse_human_int, parse_size
 
 # The project (roles/ beside src/): a clone, or the editable install of one.
@@ -24,8 +24,8 @@ PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 def load_model_config(path: str) -> dict[str, Any]:
     """The model's config.json; a JSON object embedded in other text (a pasted issue) is accepted too."""
-    text = read_input_file(path, "--model-config")
-    return parse_model_config(text, f"--model-config: {path!r}", embedded=True)
+    text = read_model_config_file(path, "--model-config")
+    return parse_model_config(text, f"--model-config {path!r}", embedded=True)
 
 
 def _partition(text: str | None) -> list[int] | None:

@@ -9,7 +9,7 @@ from typing import Any
 from vllm_fleet.cli import emit, read_input_file
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.layout import Layout, format_probe_report, plan_layout
-from vllm_fleet.plan.model_config import parse_model_config
+from vllm_fleet.plan.model_config import parse_model_config, read_model_config_file
 from vllm_fleet.probe.topology import RECORDED_FILES, build_topology_from_texts, read_recorded_dir
 
 # flag destination -> build_topology keyword (and the key in RECORDED_FILES)
@@ -68,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
             "give --topo-m FILE (the output of `nvidia-smi topo -m`) or --recorded DIR; see --help"
         )
     topology = build_topology_from_texts(texts, allow_incomplete=True)
+    where = f"--model-config {args.model_config!r}"
     config = (
-        parse_model_config(read_input_file(args.model_config, "--model-config"), "--model-config")
+        parse_model_config(read_model_config_file(args.model_config, "--model-config"), where)
         if args.model_config
         else None
     )

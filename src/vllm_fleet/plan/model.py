@@ -11,10 +11,12 @@ FleetInputError naming the field and the fix.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan.model_config import check_model_config
 
 # layer_types values (transformers' names, and each family's own) -> the planner's kind
 _LAYER_TYPES = {
@@ -194,7 +196,7 @@ class ModelInfo:
             raise FleetInputError(
                 f"{source}: expected a JSON object (the model's config.json), got {type(config)}"
             )
-        cfg = text_config(config)
+        cfg = text_config(check_model_config(config, source))
         num_layers = _int(cfg, ("num_hidden_layers", "num_layers", "n_layer"), source)
         heads = _int(cfg, ("num_attention_heads", "n_head"), source)
         kv_heads = _int(cfg, ("num_key_value_heads", "num_kv_heads"), source, default=heads)
@@ -249,6 +251,12 @@ def _positive(value: Any, name: str) -> int:
     return value
 
 
+def divisors(number: int) -> list[int]:
+    """The divisors of a positive number in order, in O(sqrt(number)) steps (not one per head)."""
+    small = [d for d in range(1, math.isqrt(number) + 1) if number % d == 0]
+    return small + [number // d for d in reversed(small) if d * d != number]
+
+
 def check_heads(
     tensor_parallel_size: int, num_attention_heads: int | None, num_key_value_heads: int | None
 ) -> list[str]:
@@ -259,7 +267,7 @@ def check_heads(
     if num_attention_heads is not None:
         heads = _positive(num_attention_heads, "num_attention_heads")
         if heads % tp:
-            options = [d for d in range(1, heads + 1) if heads % d == 0]
+            options = divisors(heads)
             raise FleetInputError(
                 f"tensor_parallel_size: {tp} does not divide the model's num_attention_heads ({heads}); vLLM "
                 f"refuses to start. Choose a tensor_parallel_size among {options}"
