@@ -39,6 +39,7 @@ from vllm_fleet.verify.logcheck.parser import (
 from vllm_fleet.verify.logcheck.records import (
     ERRORS_PER_KIND,
     HISTORY_LIMIT,
+    MAX_LINE_CHARS,
     KvCacheReport,
     LogError,
     LogReport,
@@ -49,6 +50,7 @@ __all__ = [
     "ERRORS_PER_KIND",
     "EXPECTATION_KEYS",
     "HISTORY_LIMIT",
+    "MAX_LINE_CHARS",
     "Check",
     "KvCacheReport",
     "LogError",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from typing import Any
 
 from vllm_fleet.verify.logcheck.patterns import (
     _ANSI,
     _BACKEND_CANONICAL,
+    _BACKEND_NAME_WORDS,
+    _CAR_DISABLED,
     _CAR_REASONS,
     _COMPOSE_PREFIX,
     _CONTINUATION_START,
@@ -19,6 +23,7 @@ from vllm_fleet.verify.logcheck.patterns import (
     _MAXLEN_V0_VALUES,
     _MAXLEN_VALUES,
     _PROCESS_PREFIX,
+    _PYDANTIC_INPUT,
     _SPEC_FIELDS,
     _SPEC_PER_POSITION,
     _SPEC_RATE_NEW,
@@ -27,22 +32,45 @@ from vllm_fleet.verify.logcheck.patterns import (
     _SPEC_V0_FIELDS,
     _SPEC_V1,
     _STATS_KEYS,
-    _TRANSFER_FIELD,
+    _TRANSFER_VALUE,
 )
 from vllm_fleet.verify.logcheck.records import LogError
+
+MAX_DIGITS = 40  # a count or size vLLM prints has at most 20 digits; int() refuses over 4,300
+
+
+class UnreadableNumber(ValueError):
+    """A number in a log line that no vLLM prints (`1.2.3`, thousands of digits): the line says nothing."""
+
+
+def _int(text: str) -> int:
+    """`2,048` -> 2048; UnreadableNumber for anything that is not a plain run of ASCII digits (and commas)."""
+    digits = text.replace(",", "")
+    if not 0 < len(digits) <= MAX_DIGITS or not digits.isascii() or not digits.isdigit():
+        raise UnreadableNumber(text[:MAX_DIGITS])
+    return int(digits)
+
+
+def _float(text: str) -> float:
+    """`0.90` -> 0.9; UnreadableNumber for `1.2.3`, `...` or a number too long to be one vLLM printed."""
+    try:
+        if len(text) <= MAX_DIGITS:
+            return float(text)
+    except ValueError:
+        pass
+    raise UnreadableNumber(text[:MAX_DIGITS])
 
 
 def _number(text: str) -> int | float | str:
     """`2048` -> 2048, `0.90` -> 0.9, anything else stays text."""
-    if _INT_TEXT.fullmatch(text):
-        return int(text)
-    if _FLOAT_TEXT.fullmatch(text):
-        return float(text)
+    try:
+        if _INT_TEXT.fullmatch(text):
+            return _int(text)
+        if _FLOAT_TEXT.fullmatch(text):
+            return _float(text)
+    except UnreadableNumber:
+        pass
     return text
-
-
-def _int(text: str) -> int:
-    return int(text.replace(",", ""))
 
 
 def clean_line(raw: str) -> str:
@@ -97,11 +125,11 @@ def _parse_spec(line: str) -> dict[str, Any] | None:
             found = pattern.search(body)
             if found:
                 value = found.group("v")
-                result[key] = int(value) if key.endswith("_tokens") else float(value)
+                result[key] = _int(value) if key.endswith("_tokens") else _float(value)
         rate = _SPEC_RATE_NEW.search(body) or _SPEC_RATE_OLD.search(body)
-        result["avg_draft_acceptance_rate"] = float(rate.group("v")) if rate else None
+        result["avg_draft_acceptance_rate"] = _float(rate.group("v")) if rate else None
         positions = _SPEC_PER_POSITION.search(body)
-        result["per_position"] = [float(v) for v in positions.group("v").split(", ")] if positions else None
+        result["per_position"] = [_float(v) for v in positions.group("v").split(", ")] if positions else None
         result["line"] = line
         return result
     match = _SPEC_V0.search(line)
@@ -110,7 +138,7 @@ def _parse_spec(line: str) -> dict[str, Any] | None:
         result = {"format": "v0"}
         rate = _SPEC_RATE_OLD.search(body)
         if rate:
-            value = float(rate.group("v"))
+            value = _float(rate.group("v"))
             # V0 prints a 0-1 fraction; the report is in percent like V1's.
             result["avg_draft_acceptance_rate"] = value if rate.group("pct") else round(value * 100, 4)
         else:
@@ -119,7 +147,7 @@ def _parse_spec(line: str) -> dict[str, Any] | None:
             found = pattern.search(body)
             if found:
                 value = found.group("v")
-                result[key] = float(value) if key == "system_efficiency" else int(value)
+                result[key] = _float(value) if key == "system_efficiency" else _int(value)
         result["mean_acceptance_length"] = None
         result["per_position"] = None
         result["line"] = line
@@ -150,7 +178,7 @@ def _parse_stats(line: str) -> dict[str, Any] | None:
             stats[name] = number
     engine = line.find("Engine ")
     digits = line[engine + 7 : line.find(":", engine)] if engine != -1 else ""
-    stats["engine"] = int(digits) if digits.isdigit() else None
+    stats["engine"] = _int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 9 else None
     stats["line"] = line
     return stats
 
@@ -160,7 +188,10 @@ def _stats_number(value: str, name: str) -> int | float | None:
     text = value.split(" ", 1)[0].rstrip(".%")
     if not text or not text.replace(".", "", 1).isdigit():
         return None
-    return float(text) if "." in text or name.endswith(("percent", "throughput")) else int(text)
+    try:
+        return _float(text) if "." in text or name.endswith(("percent", "throughput")) else _int(text)
+    except UnreadableNumber:
+        return None
 
 
 def _car_reason(why: str) -> str:
@@ -171,19 +202,67 @@ def _car_reason(why: str) -> str:
 
 
 def _transfer_fields(body: str) -> dict[str, int | float | str]:
-    """`k=v, k=v` of a `KV Transfer metrics:` line (vLLM joins `reduce()`'s dict with ", ")."""
-    return {m.group("k"): _number(m.group("v")) for m in _TRANSFER_FIELD.finditer(body)}
+    """`k=v, k=v` of a `KV Transfer metrics:` line (vLLM joins `reduce()`'s dict with ", "): a key is the
+    text from the last field's end (or the last `=` whose value is no number) to the next `=`.
+
+    The regex `(?P<k>[^=]+?)=...` said the same but tried the lazy key from every position: quadratic in a
+    long line without `=`.
+    """
+    fields: dict[str, int | float | str] = {}
+    start = 0
+    while (equals := body.find("=", start)) != -1:
+        value = _TRANSFER_VALUE.match(body, equals + 1)
+        if value and equals > start:
+            fields[body[start:equals]] = _number(value.group("v"))
+            start = value.end()
+        else:
+            start = equals + 1
+    return fields
+
+
+def backend_name(match: re.Match[str]) -> bool:
+    """Whether a `Using <NAME> backend.` match names an attention backend (a word of _BACKEND_NAME_WORDS
+    after the name's first letter)."""
+    name = match.group("n")[1:]
+    return any(word in name for word in _BACKEND_NAME_WORDS)
+
+
+def car_disabled_reason(line: str) -> str | None:
+    """The reason of `Custom allreduce is disabled because <why>. To silence ...` (or to the line's end, one
+    final dot and blanks off); None when the line does not say it is disabled."""
+    found = _CAR_DISABLED.search(line)
+    if found is None:
+        return None
+    rest = line[found.end() :]
+    end = rest.rstrip()
+    stop = len(end) - end.endswith(".")
+    silence = rest.find(". To silence")
+    return rest[: stop if silence == -1 else min(silence, stop)]
+
+
+def without_pydantic_input(text: str) -> str:
+    """pydantic's message without its echo of the input (` [type=value_error, input_value=...` to the end)."""
+    found = _PYDANTIC_INPUT.search(text)
+    return text if found is None else text[: found.start()].rstrip()
 
 
 def _maxlen_values(error: LogError, whole: str) -> None:
+    with contextlib.suppress(UnreadableNumber):
+        _read_maxlen_values(error, whole)
+
+
+def _read_maxlen_values(error: LogError, whole: str) -> None:
     found = _MAXLEN_VALUES.search(whole)
     if found:
         error.values = {
-            "max_model_len": int(found.group("len")),
-            "needed_gib": float(found.group("need")),
-            "available_gib": float(found.group("avail")),
-            "estimated_max_model_len": int(found.group("est")) if found.group("est") else None,
+            "max_model_len": _int(found.group("len")),
+            "needed_gib": _float(found.group("need")),
+            "available_gib": _float(found.group("avail")),
+            "estimated_max_model_len": _int(found.group("est")) if found.group("est") else None,
         }
     found = _MAXLEN_V0_VALUES.search(whole)
     if found:
-        error.values = {"max_model_len": int(found.group("len")), "kv_cache_tokens": int(found.group("cap"))}
+        error.values = {
+            "max_model_len": _int(found.group("len")),
+            "kv_cache_tokens": _int(found.group("cap")),
+        }

@@ -11,15 +11,20 @@ from typing import Any, TextIO
 import ahocorasick_rs
 
 from vllm_fleet.verify.logcheck.lines import (
+    UnreadableNumber,
     _car_reason,
+    _float,
     _int,
     _maxlen_values,
     _number,
     _parse_spec,
     _parse_stats,
     _transfer_fields,
+    backend_name,
     canonical_backend,
+    car_disabled_reason,
     clean_line,
+    without_pydantic_input,
 )
 from vllm_fleet.verify.logcheck.patterns import (
     _ANSI,
@@ -29,7 +34,6 @@ from vllm_fleet.verify.logcheck.patterns import (
     _BACKEND_POTENTIAL,
     _BACKEND_WORDS,
     _BLOCKS,
-    _CAR_DISABLED,
     _CAR_LAUNCHER,
     _CONCURRENCY,
     _CONTINUATION_START,
@@ -54,7 +58,6 @@ from vllm_fleet.verify.logcheck.patterns import (
     _OFFLOAD_PATTERNS,
     _PARALLEL_SIZES,
     _PREFIX_V0,
-    _PYDANTIC_INPUT,
     _READY,
     _RUNNING_ENGINE_DEATH,
     _SETTING_PATTERNS,
@@ -68,6 +71,7 @@ from vllm_fleet.verify.logcheck.patterns import (
 from vllm_fleet.verify.logcheck.records import (
     ERRORS_PER_KIND,
     HISTORY_LIMIT,
+    MAX_LINE_CHARS,
     KvCacheReport,
     LogError,
     LogReport,
@@ -131,10 +135,18 @@ class LogParser:
                     self._follow(line)
                 if line:
                     for handler in _MASK_HANDLERS[mask]:
-                        handler(self, line)
+                        self._handle(handler, line)
             pos = end + 1
         if self._open():
             self._follow_until(block, pos, len(block))
+
+    def _handle(self, handler: Callable[[LogParser, str], None], line: str) -> None:
+        """One handler over one line; a garbled number (`1.2.3 GiB`, 5,000 digits) makes the line say
+        nothing to that handler, as a line vLLM never prints should."""
+        try:
+            handler(self, line)
+        except UnreadableNumber:
+            return
 
     def _open(self) -> bool:
         """Whether the next lines belong to something already seen (a traceback, a wrapped error, the
@@ -142,8 +154,15 @@ class LogParser:
         return bool(self.joins or self.traceback is not None or self.start_detail)
 
     def feed(self, raw: str) -> None:
-        """One line (with or without its newline)."""
-        self.feed_block(raw if raw.endswith("\n") else raw + "\n")
+        """One line (with or without its newline; cut at MAX_LINE_CHARS)."""
+        self.feed_block(self.whole_line(raw))
+
+    def whole_line(self, raw: str) -> str:
+        """The line with its newline, cut at MAX_LINE_CHARS (counted in `lines_cut`)."""
+        if len(raw) > MAX_LINE_CHARS and len(raw.rstrip("\n")) > MAX_LINE_CHARS:
+            self.report.lines_cut += 1
+            return raw[:MAX_LINE_CHARS] + "\n"
+        return raw if raw.endswith("\n") else raw + "\n"
 
     def _follow_until(self, block: str, pos: int, stop: int) -> int:
         """Lines from `pos` up to `stop` for `_follow`, while a traceback or a wrapped error is open."""
@@ -272,8 +291,8 @@ class LogParser:
             if self.current.gpu_blocks is not None or self.current.tokens is not None:
                 self.current = KvCacheReport()
             current = self.current
-            current.gpu_blocks = int(blocks.group("gpu"))
-            current.cpu_blocks = int(blocks.group("cpu")) if blocks.group("cpu") else None
+            current.gpu_blocks = _int(blocks.group("gpu"))
+            current.cpu_blocks = _int(blocks.group("cpu")) if blocks.group("cpu") else None
             current.line = line
             report.kv_cache_reports.append(current)
             _keep_last(report.kv_cache_reports)
@@ -285,7 +304,7 @@ class LogParser:
             if self.current.max_concurrency is not None or not report.kv_cache_reports:
                 self.current = KvCacheReport(line=line)
                 report.kv_cache_reports.append(self.current)
-            self.current.max_concurrency = float(concurrency.group("x"))
+            self.current.max_concurrency = _float(concurrency.group("x"))
             self.current.concurrency_max_model_len = _int(concurrency.group("len"))
             _set(report, "max_concurrency", self.current.max_concurrency, line)
             _set(report, "concurrency_max_model_len", self.current.concurrency_max_model_len, line)
@@ -294,7 +313,7 @@ class LogParser:
         for pattern in _AVAILABLE:
             match = pattern.search(line)
             if match:
-                _set(self.report, "available_kv_cache_gib", float(match.group("gib")), line)
+                _set(self.report, "available_kv_cache_gib", _float(match.group("gib")), line)
                 return
 
     def _on_kv_dtype(self, line: str) -> None:
@@ -308,31 +327,31 @@ class LogParser:
     def _on_max_len(self, line: str) -> None:
         match = _MAX_SEQ_LEN.search(line)
         if match:
-            value = int(match.group("n"))
+            value = _int(match.group("n"))
             _set(self.report, "max_model_len", value, line)
 
     def _on_parallel(self, line: str) -> None:
         match = _TP.search(line)
         if match:
-            _set(self.report, "tensor_parallel_size", int(match.group("n")), line)
+            _set(self.report, "tensor_parallel_size", _int(match.group("n")), line)
         for name, pattern in _PARALLEL_SIZES:
             match = pattern.search(line)
             if match:
-                _set(self.report, name, int(match.group("n")), line)
+                _set(self.report, name, _int(match.group("n")), line)
 
     def _on_backend(self, line: str) -> None:
         for pattern in (_BACKEND_POTENTIAL, _BACKEND_ENUM, _BACKEND_NAME, _BACKEND_WORDS):
             match = pattern.search(line)
-            if match:
+            if match and (pattern is not _BACKEND_NAME or backend_name(match)):
                 _set(self.report, "attention_backend", canonical_backend(match.group("n")), line)
                 return
 
     def _on_all_reduce(self, line: str) -> None:
         report = self.report
-        match = _CAR_DISABLED.search(line)
-        if match:
+        why = car_disabled_reason(line)
+        if why is not None:
             _set(report, "custom_all_reduce_disabled", True, line)
-            _set(report, "custom_all_reduce_disabled_reason", _car_reason(match.group("why")), line)
+            _set(report, "custom_all_reduce_disabled_reason", _car_reason(why), line)
         elif _CAR_LAUNCHER.search(line):
             _set(report, "custom_all_reduce_disabled", True, line)
             _set(report, "custom_all_reduce_disabled_reason", "launcher: " + line.strip(), line)
@@ -352,22 +371,22 @@ class LogParser:
             report.numa_bindings.append(
                 {
                     "process": "worker",
-                    "local_rank": int(match.group("rank")),
-                    "gpu_index": int(match.group("gpu")),
-                    "nodes": [int(match.group("node"))],
+                    "local_rank": _int(match.group("rank")),
+                    "gpu_index": _int(match.group("gpu")),
+                    "nodes": [_int(match.group("node"))],
                     "cpus": match.group("cpus"),
                     "line": line,
                 }
             )
             _keep_last(report.numa_bindings)
-            self.numa_nodes.add(int(match.group("node")))
+            self.numa_nodes.add(_int(match.group("node")))
         match = _NUMA_ENGINE.search(line)
         if match:
-            nodes = [int(n) for n in re.findall(r"\d+", match.group("nodes"))]
+            nodes = [_int(n) for n in re.findall(r"\d+", match.group("nodes"))]
             report.numa_bindings.append(
                 {
                     "process": "EngineCore",
-                    "local_rank": int(match.group("rank")),
+                    "local_rank": _int(match.group("rank")),
                     "gpu_index": None,
                     "nodes": nodes,
                     "cpus": None,
@@ -427,7 +446,10 @@ class LogParser:
             kind, line = self.prefix_line[0], clean_line(self.prefix_line[1])
             if kind == "v0":
                 match = _PREFIX_V0.search(line)
-                value = float(match.group("gpu")) if match else None
+                try:
+                    value = _float(match.group("gpu")) if match else None
+                except UnreadableNumber:
+                    value = None
             else:
                 value = (_parse_stats(line) or {}).get("prefix_cache_hit_rate_percent")
             if value is not None:
@@ -452,7 +474,7 @@ class LogParser:
                     if isinstance(value, int | float):
                         totals[name] = totals.get(name, 0) + value
             elif key == "cpu_bytes_allocated":
-                blocks, page = int(match.group("blocks")), int(match.group("page"))
+                blocks, page = _int(match.group("blocks")), _int(match.group("page"))
                 offload[key] = offload.get(key, 0) + blocks * page
             else:
                 offload[key] = _number(match.group("v"))
@@ -519,7 +541,7 @@ class LogParser:
             return
         self.start_detail -= 1
         exception = self.report.start_exception
-        text = _PYDANTIC_INPUT.sub("", detail.strip())
+        text = without_pydantic_input(detail.strip())
         exception["message"] = f"{exception['message']} {text}"
         if text.startswith("Value error,"):
             self.start_detail = 0
@@ -560,7 +582,7 @@ class LogParser:
                 "http_server_error",
                 line,
                 {
-                    "status": int(match.group("status")),
+                    "status": _int(match.group("status")),
                     "method": match.group("method"),
                     "path": match.group("path"),
                 },
@@ -679,8 +701,9 @@ def parse_lines(lines: Iterable[str]) -> LogReport:
     batch: list[str] = []
     size = 0
     for raw in lines:
-        batch.append(raw if raw.endswith("\n") else raw + "\n")
-        size += len(raw)
+        line = parser.whole_line(raw)
+        batch.append(line)
+        size += len(line)
         if size >= BLOCK_CHARS:
             parser.feed_block("".join(batch))
             batch, size = [], 0
@@ -694,18 +717,31 @@ def parse_log(text: str) -> LogReport:
 
 
 def parse_stream(handle: TextIO) -> LogReport:
-    """A text stream read block by block (BLOCK_CHARS at a time, cut at a line end): memory stays flat."""
+    """A text stream read block by block (BLOCK_CHARS at a time, cut at a line end): memory stays flat.
+
+    A line over MAX_LINE_CHARS is read up to there and the rest of it dropped as it streams by (`lines_cut`),
+    so a 100 MB line costs what a 1 MiB one does. Only the first line of a block can be that long: the others
+    lie inside one read of at most MAX_LINE_CHARS.
+    """
     parser = LogParser()
+    size = min(BLOCK_CHARS, MAX_LINE_CHARS)
     rest = ""
-    while True:
-        chunk = handle.read(BLOCK_CHARS)
-        if not chunk:
-            break
+    dropping = False  # inside a line already cut: skipped up to its end
+    while chunk := handle.read(size):
+        if dropping:
+            end = chunk.find("\n")
+            if end == -1:
+                continue
+            chunk, dropping = chunk[end + 1 :], False
         chunk = rest + chunk
+        first = chunk.find("\n")
+        if first > MAX_LINE_CHARS or (first == -1 and len(chunk) > MAX_LINE_CHARS):
+            parser.feed_block(parser.whole_line(chunk[: MAX_LINE_CHARS + 1]))
+            if first == -1:
+                rest, dropping = "", True
+                continue
+            chunk = chunk[first + 1 :]
         cut = chunk.rfind("\n") + 1
-        if cut == 0:
-            rest = chunk
-            continue
         parser.feed_block(chunk[:cut])
         rest = chunk[cut:]
     parser.feed_block(rest)

@@ -26,6 +26,44 @@ class _Literal:
         return None
 
 
+class _Banner:
+    """vLLM's start banner, `▄▄ ... version X.Y.Z`: the last `version` word after the first block character.
+
+    As one regex (`[\u2580-\u259f].*\bversion\\s+...`) `re` tries `.*` from every block character to the end
+    of the line: a line of 20,000 block characters took 4.9 s, of 100,000 over two minutes.
+    """
+
+    _BLOCK = re.compile(r"[\u2580-\u259f]")
+    _VERSION = re.compile(r"version\s+v?(?P<v>\d+\.\d+\.\d+[\w.+-]*)")
+
+    def search(self, line: str) -> re.Match[str] | None:
+        block = self._BLOCK.search(line)
+        if block is None:
+            return None
+        end = len(line)
+        while (start := line.rfind("version", block.end(), end)) != -1:
+            before = line[start - 1]  # start > block.end() - 1 >= 0
+            if not (before.isalnum() or before == "_"):  # the regex's \b
+                match = self._VERSION.match(line, start)
+                if match:
+                    return match
+            end = start + len("version") - 1
+        return None
+
+
+class _Then:
+    """`first.*?then` as a search: the first `first`, then `then` anywhere after it. As one regex `re`
+    scans from every `first` to the end of the line: a line of `first` repeated is quadratic."""
+
+    def __init__(self, first: str, then: str) -> None:
+        self.first = first
+        self.then = re.compile(then)
+
+    def search(self, line: str) -> re.Match[str] | None:
+        start = line.find(self.first)
+        return None if start == -1 else self.then.search(line, start + len(self.first))
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _PROCESS_PREFIX = re.compile(r"^(?:\s*\([\w.-]+(?: rank=\d+)? pid=\d+\)\s?|\s*\[Stage-\d+\]\s?)+")
 _JOURNAL_PREFIX = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?: ")
@@ -35,10 +73,10 @@ _COMPOSE_PREFIX = re.compile(r"^[\w.-]+\s+\|\s")
 _CONTINUATION_START = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|^\s*(?:File |Traceback|\[|\()")
 
 # --- version ---------------------------------------------------------------------------------------------
-_VERSION_PATTERNS = (
+_VERSION_PATTERNS: tuple[re.Pattern[str] | _Banner, ...] = (
     re.compile(r"vLLM (?:API )?server version v?(?P<v>\d+\.\d+[\w.+-]*)"),
     re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>\d+\.\d+[\w.+-]*)\)"),
-    re.compile(r"[\u2580-\u259f].*\bversion\s+v?(?P<v>\d+\.\d+\.\d+[\w.+-]*)"),
+    _Banner(),
 )
 # --- KV cache size
 _KV_TOKENS = re.compile(r"(?P<dev>GPU \+ host|[A-Z]{2,5}) KV cache size: (?P<tokens>[\d,]+) tokens")
@@ -145,9 +183,10 @@ _BACKEND_POTENTIAL = re.compile(
     r"Using (?:AttentionBackendEnum\.)?(?P<n>[A-Z][A-Z0-9_]+) attention backend out of potential backends"
 )
 _BACKEND_ENUM = re.compile(r"Using (?:AttentionBackendEnum\.|_Backend\.)(?P<n>[A-Z][A-Z0-9_]+) backend")
-_BACKEND_NAME = re.compile(
-    r"Using (?P<n>[A-Z][A-Z0-9_]*(?:ATTN|FLASHINFER|SDPA|MLA|ATTENTION|XFORMERS)[A-Z0-9_]*) backend\."
-)
+# `Using <NAME> backend.` where NAME holds one of _BACKEND_NAME_WORDS after its first letter (`lines.
+# backend_name`; as `[A-Z][A-Z0-9_]*(?:ATTN|...)[A-Z0-9_]*` a name of ATTN repeated backtracks quadratically)
+_BACKEND_NAME = re.compile(r"Using (?P<n>[A-Z][A-Z0-9_]*) backend\.")
+_BACKEND_NAME_WORDS = ("ATTN", "FLASHINFER", "SDPA", "MLA", "ATTENTION", "XFORMERS")
 _BACKEND_WORDS = re.compile(
     r"Using (?P<n>Flash Attention|FlashInfer|Triton|FlexAttention|XFormers|Torch SDPA|ROCmFlashAttention|"
     r"CPU SDPA|Pallas|IPEX|FlashMLA|Triton MLA|CUTLASS MLA) backend"
@@ -171,9 +210,8 @@ _BACKEND_CANONICAL = {
     "flashinfer_vllm_v1": "FLASHINFER",
 }
 # --- custom all-reduce
-_CAR_DISABLED = re.compile(
-    r"Custom allreduce is disabled (?:because |due to )(?P<why>.*?)(?:\. To silence.*|\.?\s*$)"
-)
+# the reason runs to ". To silence" or to the line's end (`lines.car_disabled_reason`)
+_CAR_DISABLED = re.compile(r"Custom allreduce is disabled (?:because |due to )")
 _CAR_LAUNCHER = re.compile(r"custom all-reduce OFF", re.IGNORECASE)
 _CAR_REASONS = (
     ("lacks GPU P2P capability", "no_p2p"),
@@ -236,7 +274,7 @@ _STATS_KEYS = {
 }
 _PREFIX_V0 = re.compile(r"Prefix cache hit rate: GPU: (?P<gpu>[\d.]+)%, CPU: (?P<cpu>[\d.]+)%")
 # --- fatal errors: (kind, literal needles, pattern); the first kind that matches a line wins ----------------
-_ERROR_TABLE: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+_ERROR_TABLE: tuple[tuple[str, tuple[str, ...], re.Pattern[str] | _Then], ...] = (
     (
         "max_model_len_exceeds_kv_cache",
         ("To serve at least one request",),
@@ -256,7 +294,7 @@ _ERROR_TABLE: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     (
         "insufficient_free_memory",
         ("less than desired GPU memory",),
-        re.compile(r"Free memory on device .*? on startup is less than desired GPU memory utilization"),
+        _Then("Free memory on device ", r" on startup is less than desired GPU memory utilization"),
     ),
     (
         "cuda_oom",
@@ -304,7 +342,7 @@ _EXCEPTION_LINE = re.compile(
 )
 TRACEBACK_MAX_LINES = 400
 # pydantic's echo of the input after its message: ` [type=value_error, input_value=ArgsKwargs((), {...`
-_PYDANTIC_INPUT = re.compile(r"\s*\[type=\w+, input_value=.*$")
+_PYDANTIC_INPUT = re.compile(r"\[type=\w+, input_value=")  # to the end, with the blanks before it
 _DEAD_ERRORS = ("EngineDeadError", "AsyncEngineDeadError")
 # A deliberate stop (LogParser._on_stop): vLLM 0.26's signal handlers, uvicorn's own line.
 _STOP_SIGNAL = re.compile(
@@ -325,8 +363,9 @@ _OFFLOAD_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("configured_connector", re.compile(r"""kv_connector=['"](?P<v>\w+)""")),
     ("configured_connector", re.compile(r"""['"]kv_connector['"]: ['"](?P<v>\w+)""")),
 )
-# `k=v, k=v` where a key may hold `:('GPU_to_CPU',)` (0.26's labelled keys) and every value is a number.
-_TRANSFER_FIELD = re.compile(r"(?P<k>[^=]+?)=(?P<v>-?[\d.]+(?:e[-+]?\d+)?)(?:, |$)")
+# `k=v, k=v` where a key may hold `:('GPU_to_CPU',)` (0.26's labelled keys) and every value is a number:
+# the value after each `=` (lines._transfer_fields)
+_TRANSFER_VALUE = re.compile(r"(?P<v>-?[\d.]+(?:e[-+]?\d+)?)(?:, |$)")
 _MAXLEN_VALUES = re.compile(
     r"max seq len \((?P<len>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the "
     r"available "

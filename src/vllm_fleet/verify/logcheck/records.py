@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 HISTORY_LIMIT = 500  # stats / spec-decode / KV-cache / NUMA entries kept (the last ones)
+# A line longer than this is cut here and the rest of it dropped (`lines_cut` counts them): no vLLM line is
+# near it (an engine-config line is a few kB), and a 100 MB line must not be held, cleaned and searched whole.
+MAX_LINE_CHARS = 1 << 20
 ERRORS_PER_KIND = 20  # lines kept per error kind (the first ones); error_counts counts every one
 
 
@@ -71,6 +74,7 @@ class LogReport:
     errors: list[LogError] = field(default_factory=list)
     error_counts: dict[str, int] = field(default_factory=dict)
     lines_read: int = 0
+    lines_cut: int = 0  # lines over MAX_LINE_CHARS, read up to it
     evidence: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
