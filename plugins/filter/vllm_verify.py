@@ -7,6 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.terminal import terminal_safe
 from vllm_fleet.verify import report
 
 
@@ -26,7 +27,7 @@ def vllm_verify_table(report_dir: str, hosts: list[str] | None = None) -> list[s
     wanted = {str(h) for h in hosts or []}
     if wanted:
         reports = [r for r in reports if str(r.get("host")) in wanted]
-    return report.fleet_table(reports).splitlines()
+    return terminal_safe(report.fleet_table(reports)).splitlines()
 
 
 class FilterModule:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fleet.terminal import without_escapes
 from vllm_fleet.verify.logcheck import LogParser, clean_line, parse_file, parse_log, patterns
 from vllm_fleet.verify.logcheck import parser as logparser
 
@@ -42,7 +43,7 @@ def reference(text: str) -> dict:
     parser = LogParser()
     for raw in io.StringIO(text, newline=None):
         parser.report.lines_read += 1
-        raw = patterns._ANSI.sub("", raw)
+        raw = without_escapes(raw)
         line = clean_line(raw)
         if parser.joins or parser.traceback is not None:
             parser._follow(line)
@@ -74,7 +75,7 @@ def test_clean_line_gates_match_the_regexes() -> None:
     """The cheap tests in front of each prefix regex never skip a line the regex would change."""
     for text in LOGS.values():
         for raw in text.splitlines():
-            slow = patterns._ANSI.sub("", raw)
+            slow = without_escapes(raw)
             for prefix in (patterns._JOURNAL_PREFIX, patterns._ISO_PREFIX, patterns._COMPOSE_PREFIX):
                 slow = prefix.sub("", slow)
             slow = patterns._PROCESS_PREFIX.sub("", slow)

@@ -18,6 +18,7 @@ from typing import Any
 
 from vllm_fleet import __version__
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.terminal import terminal_safe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,12 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def emit(result: dict[str, Any], as_json: bool, human: str) -> None:
-    """Print a command's result: one JSON object with --json, else the human-readable text."""
+    """Print a command's result: one JSON object with --json (json escapes every control character), else the
+    human-readable text without escape sequences or control characters (`terminal_safe`)."""
     if as_json:
         json.dump(result, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(human.rstrip("\n") + "\n")
+        sys.stdout.write(terminal_safe(human).rstrip("\n") + "\n")
 
 
 def read_input_file(path: str, what: str) -> str:
@@ -59,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except FleetInputError as exc:
-        print(f"vllm-fleet {args.command}: error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"vllm-fleet {args.command}: error: {exc}"), file=sys.stderr)
         return 2
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from vllm_fleet.cli import emit
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.rollout import decisions as rollout
+from vllm_fleet.terminal import terminal_safe
 
 PLAYBOOK = Path("playbooks") / "rollout.yml"
 # ansible-core's own default for collections_path, kept behind the project's when we set the variable
@@ -192,7 +193,7 @@ def _progress(event: Mapping[str, Any]) -> bool:
     line = rollout.progress_line(event)
     if line:
         stamp = time.strftime("%H:%M:%S")
-        print(f"{stamp} {line}", file=sys.stderr, flush=True)
+        print(terminal_safe(f"{stamp} {line}"), file=sys.stderr, flush=True)
     return True
 
 

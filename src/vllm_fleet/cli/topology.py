@@ -11,6 +11,7 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.layout import Layout, format_probe_report, plan_layout
 from vllm_fleet.plan.model_config import parse_model_config, read_model_config_file
 from vllm_fleet.probe.topology import RECORDED_FILES, build_topology_from_texts, read_recorded_dir
+from vllm_fleet.terminal import terminal_safe
 
 # flag destination -> build_topology keyword (and the key in RECORDED_FILES)
 _INPUTS = {
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             f"not planned: topo -m rows {', '.join(topology.missing_rows)} are missing (truncated paste?); "
             "give the whole `nvidia-smi topo -m` output"
         )
-        print(f"vllm-fleet topology: warning: {why}", file=sys.stderr)
+        print(terminal_safe(f"vllm-fleet topology: warning: {why}"), file=sys.stderr)
         layout = Layout(instances=[], tensor_parallel_size=0, warnings=[why])
     else:
         layout = plan_layout(

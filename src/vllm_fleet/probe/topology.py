@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.terminal import without_escapes
 
 FIXTURE_SENTINEL = "# ---- verbatim below ----"
 
@@ -75,7 +76,6 @@ LINK_MEANINGS: dict[str, str] = {
     "NV#": "a bonded set of # NVLinks",
 }
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _LINK_CELL = re.compile(r"X|SYS|NODE|PHB|PXB|PIX|NV\d+")
 _LINK_CELLS = re.compile(r"(?:X|SYS|NODE|PHB|PXB|PIX|NV\d+)+")
 _HEADER_TOKEN = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|GPU\d+|NIC\d+|\S+")
@@ -113,7 +113,7 @@ def csv_cells(line: str) -> list[str]:
 
 def _lines(text: str) -> list[str]:
     """The text's lines without ANSI escapes, fixture metadata, `$ command` prompts and `[rc=N]` trailers."""
-    body = strip_fixture_header(_ANSI.sub("", text).replace("\r\n", "\n"))
+    body = strip_fixture_header(without_escapes(text).replace("\r\n", "\n"))
     out = []
     for line in body.split("\n"):
         stripped = line.strip()

@@ -6,8 +6,8 @@ import contextlib
 import re
 from typing import Any
 
+from vllm_fleet.terminal import without_escapes
 from vllm_fleet.verify.logcheck.patterns import (
-    _ANSI,
     _BACKEND_CANONICAL,
     _BACKEND_NAME_WORDS,
     _CAR_DISABLED,
@@ -80,7 +80,7 @@ def clean_line(raw: str) -> str:
     an ISO date a dash at 4, a compose column a `|`, a process tag starts with `(`, `[` or a space): most
     lines need none of the four, and test_logcheck_reference checks these tests against the bare regexes.
     """
-    line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
+    line = without_escapes(raw).rstrip("\r\n")
     # match + slice, not sub: each prefix regex is anchored (one match at most) and a slice is cheaper.
     if line[3:4] == " " and (found := _JOURNAL_PREFIX.match(line)):
         line = line[found.end() :]

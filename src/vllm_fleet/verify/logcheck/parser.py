@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 import ahocorasick_rs
 
+from vllm_fleet.terminal import without_escapes
 from vllm_fleet.verify.logcheck.lines import (
     UnreadableNumber,
     _car_reason,
@@ -27,7 +28,6 @@ from vllm_fleet.verify.logcheck.lines import (
     without_pydantic_input,
 )
 from vllm_fleet.verify.logcheck.patterns import (
-    _ANSI,
     _AVAILABLE,
     _BACKEND_ENUM,
     _BACKEND_NAME,
@@ -118,8 +118,7 @@ class LogParser:
         if not block:
             return
         self.report.lines_read += block.count("\n") + (not block.endswith("\n"))
-        if "\x1b" in block:
-            block = _ANSI.sub("", block)
+        block = without_escapes(block)  # per line the same as per block: no escape spans a newline
         pos = 0
         for start, end, mask in zip(*_line_masks(block), strict=True):
             if self._open():

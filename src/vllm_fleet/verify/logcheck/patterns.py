@@ -64,7 +64,6 @@ class _Then:
         return None if start == -1 else self.then.search(line, start + len(self.first))
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _PROCESS_PREFIX = re.compile(r"^(?:\s*\([\w.-]+(?: rank=\d+)? pid=\d+\)\s?|\s*\[Stage-\d+\]\s?)+")
 _JOURNAL_PREFIX = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?: ")
 # `journalctl -o short-iso` and container runtimes put an ISO-8601 stamp (and maybe host + unit) first.
