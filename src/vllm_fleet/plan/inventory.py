@@ -21,6 +21,7 @@ from vllm_fleet.plan.build import build_host_plan
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.model_config import model_config_from
 from vllm_fleet.probe.topology import Topology, build_topology_from_dir
+from vllm_fleet.project import fleet_report_dir
 
 # libyaml's loader where PyYAML has it: the nine argument specs are read for every host's plan, and the pure
 # Python loader took about 40 ms of them (issue 21)
@@ -139,7 +140,7 @@ def plan_inventory(
         matching = f" match --limit {limit}" if limit else ""
         raise FleetInputError(f"--inventory {inventory}: no hosts{matching}")
     roles_dir = project_dir / "roles"
-    probe_dir = probe_dir or project_dir / "reports" / "probe"
+    probe_dir = probe_dir or fleet_report_dir(project_dir, Path.cwd()) / "probe"
 
     def template(value: Any, available: dict[str, Any]) -> Any:
         return Templar(loader=loader, variables=available).template(value)
