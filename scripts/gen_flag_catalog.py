@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -34,6 +33,8 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from vllm_fleet.lab.leftovers import leftovers
 
 RELEASES = (
     "0.8.5",
@@ -49,7 +50,7 @@ RELEASES = (
     "0.32.0",
     "0.33.0",
 )
-DEFAULT_CACHE = Path(os.environ.get("VLLM_FLEET_WHEEL_CACHE", "/var/cache/vllm-fleet-wheels"))
+DEFAULT_CACHE = leftovers().wheel_cache  # $VLLM_FLEET_WHEEL_CACHE; `vllm-fleet lab clean --all` removes it
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "src" / "vllm_fleet" / "data" / "flags.json"
 

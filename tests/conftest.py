@@ -7,6 +7,10 @@ other by one worker; every other module is a unit of its own, so that its module
 venv, a checkout) are made once. The longest units go first, so that the workers end close together. With -n 0
 it is the order of the one process.
 
+The package caches the tests fill (uv's for the wheel venvs and the ansible-core lines, pip's for the vLLM
+venvs and wheelhouses) are the project's own, under ~/.cache/vllm-fleet (`vllm_fleet.lab.leftovers`), unless
+UV_CACHE_DIR / PIP_CACHE_DIR are set: `vllm-fleet lab clean --all` removes them without touching the user's.
+
 While tests run, the process that prints the results also prints which tests are still running whenever it
 printed nothing for 20 s (tests/unit/heartbeat.py): a lab test runs for minutes, and a run should never look
 hung (issue 20).
@@ -14,12 +18,18 @@ hung (issue 20).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import heartbeat  # tests/unit/heartbeat.py
 import pytest
 
+from vllm_fleet.lab.leftovers import leftovers
+
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_CACHE = leftovers().package_cache
+for variable, tool in (("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")):
+    os.environ.setdefault(variable, str(PACKAGE_CACHE / tool))
 SHARED_LAB_FIXTURE = "installed_lab"
 SHARED_LAB_GROUP = "shared-lab"
 # After the shared lab's group (26 min serial here), the modules that take longest (serial minutes, from

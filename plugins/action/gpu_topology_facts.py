@@ -20,7 +20,12 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.layout import plan_layout, probe_report
 from vllm_fleet.probe.hoststate import parse_host_state
 from vllm_fleet.probe.outputs import CommandResult, select_outputs
-from vllm_fleet.probe.topology import RECORDED_COMMANDS, build_topology_from_texts, read_recorded_dir
+from vllm_fleet.probe.topology import (
+    RECORDED_COMMANDS,
+    build_topology_from_texts,
+    read_recorded_dir,
+    recorded_source,
+)
 
 ARGUMENT_SPEC = {
     "recorded_dir": {"type": "path"},
@@ -75,7 +80,7 @@ class ActionModule(ActionBase):
             if args.get("recorded_dir"):
                 texts = read_recorded_dir(args["recorded_dir"])
                 notes = [f"planned from recorded outputs in {args['recorded_dir']}, not from this host"]
-                source = f"recorded: {args['recorded_dir']}"
+                source = recorded_source(args["recorded_dir"])
             else:
                 commands = dict(RECORDED_COMMANDS)
                 if args.get("host_state_cmd"):

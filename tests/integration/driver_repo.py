@@ -157,27 +157,34 @@ def build_repo(debs: Path, dest: Path, gnupghome: Path) -> SignedRepo:
     """A reprepro repository laid out as Debian's archive is: suite `bookworm` with 535.261.03 and everything
     else, suite `bookworm-security` with 535.309.01 (reprepro keeps one version per package and suite), each
     package in its own component (main, non-free, non-free-firmware), signed (InRelease, Release.gpg)."""
-    fingerprint, armored = make_key(gnupghome)
-    groups: dict[tuple[str, str], list[Path]] = {}
-    for deb in sorted(debs.glob("*.deb")):
-        suite = (
-            SECURITY_SUITE if _control(deb, "Version").startswith(VERSIONS[1].split("-")[0] + "-") else SUITE
-        )
-        groups.setdefault((suite, _component(_control(deb, "Section"))), []).append(deb)
-    components = tuple(sorted({component for _, component in groups}))
-    (dest / "conf").mkdir(parents=True)
-    (dest / "conf" / "distributions").write_text(
-        "\n".join(
-            f"Codename: {suite}\nArchitectures: amd64\nComponents: {' '.join(components)}\n"
-            f"SignWith: {fingerprint}\nDescription: vllm-fleet lab mirror of Debian's NVIDIA driver\n"
-            for suite in (SUITE, SECURITY_SUITE)
-        )
-    )
     env = {**os.environ, "GNUPGHOME": str(gnupghome)}
-    for (suite, component), group in sorted(groups.items()):
-        _run(["reprepro", "-b", str(dest), "-C", component, "includedeb", suite, *map(str, group)], env=env)
-    # gpg started an agent for the signing: it outlives the test otherwise (a daemon on a deleted GNUPGHOME)
-    _run(["gpgconf", "--kill", "gpg-agent"], env=env)
+    try:
+        fingerprint, armored = make_key(gnupghome)
+        groups: dict[tuple[str, str], list[Path]] = {}
+        for deb in sorted(debs.glob("*.deb")):
+            suite = (
+                SECURITY_SUITE
+                if _control(deb, "Version").startswith(VERSIONS[1].split("-")[0] + "-")
+                else SUITE
+            )
+            groups.setdefault((suite, _component(_control(deb, "Section"))), []).append(deb)
+        components = tuple(sorted({component for _, component in groups}))
+        (dest / "conf").mkdir(parents=True)
+        (dest / "conf" / "distributions").write_text(
+            "\n".join(
+                f"Codename: {suite}\nArchitectures: amd64\nComponents: {' '.join(components)}\n"
+                f"SignWith: {fingerprint}\nDescription: vllm-fleet lab mirror of Debian's NVIDIA driver\n"
+                for suite in (SUITE, SECURITY_SUITE)
+            )
+        )
+        for (suite, component), group in sorted(groups.items()):
+            argv = ["reprepro", "-b", str(dest), "-C", component, "includedeb", suite, *map(str, group)]
+            _run(argv, env=env)
+    finally:
+        # gpg started an agent for the key and the signing: it outlives the test otherwise (a daemon on a
+        # deleted GNUPGHOME), also when a step above failed
+        kill = ["gpgconf", "--kill", "gpg-agent"]
+        subprocess.run(kill, env=env, capture_output=True, check=False, timeout=60)
     key_file = dest.parent / "repo-key.asc"
     key_file.write_text(armored)
     return SignedRepo(dest, key_file, fingerprint, components, (SUITE, SECURITY_SUITE))

@@ -73,6 +73,8 @@ def test_probe_4x4090_single_socket_example(tmp_path: Path) -> None:
     assert inst["numa_binding"] == {"mode": "numactl", "nodes": [0]}
     assert inst["env"]["NCCL_P2P_DISABLE"] == "1"  # GNS: consumer GPUs without peer-to-peer
     assert inst["disable_custom_all_reduce"] is True
+    # the recording is of another box: the report's first line says so (recorded/stand-in.txt, issue 32)
+    assert "(STAND-IN, not this host's hardware: a real 2 x RTX 5090" in proc.stdout
 
 
 def test_probe_fails_early_on_a_missing_recorded_folder(tmp_path: Path) -> None:

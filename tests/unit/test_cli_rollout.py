@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from vllm_fleet.cli.rollout import (
-    default_fleet_report_dir,
     default_report_dir,
     parse_extra_vars,
     playbook_cmdline,
 )
+from vllm_fleet.project import fleet_report_dir
 
 BIN = Path(sys.executable).parent
 
@@ -45,7 +45,7 @@ def test_run_folders_sit_in_the_reports_folder_of_a_clone_or_of_the_working_dire
     clone, installed, cwd = tmp_path / "clone", tmp_path / "site-packages" / "serving", tmp_path / "work"
     clone.mkdir()
     (clone / "pyproject.toml").write_text("")
-    assert default_report_dir(clone, cwd) == default_fleet_report_dir(clone, cwd) / "rollouts"
+    assert default_report_dir(clone, cwd) == fleet_report_dir(clone, cwd) / "rollouts"
     assert default_report_dir(clone, cwd) == clone / "reports" / "rollouts"
     assert default_report_dir(installed, cwd) == cwd / "reports" / "rollouts"  # never into site-packages
 

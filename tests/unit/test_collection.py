@@ -196,7 +196,7 @@ def test_a_venv_with_only_the_wheel_resolves_the_collection(wheel_venv: dict[str
     assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
     assert "Verify" in listed.stdout and "Preflight" in listed.stdout
     # `vllm-fleet rollout` from this venv plays the installed collection's rollout.yml
-    code = "from vllm_fleet.cli.rollout import default_project_dir as d; print(d())"
+    code = "from vllm_fleet.project import project_dir as d; print(d())"
     project = subprocess.run(
         [str(bindir / "python"), "-c", code], cwd=work, env=env, capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -23,7 +24,7 @@ from ansible.playbook.play_context import PlayContext
 from ansible.playbook.task import Task
 from ansible.template import Templar
 
-from vllm_fleet.probe.topology import RECORDED_COMMANDS
+from vllm_fleet.probe.topology import RECORDED_COMMANDS, STAND_IN_FILE, recorded_source
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "fixtures" / "topology" / "recorded"
@@ -140,6 +141,16 @@ def test_nvidia_smi_that_fails_is_refused_not_planned_as_cpu() -> None:
         run(make_action({}, outputs))
 
 
+def test_a_stand_in_recording_says_so_first(tmp_path: Path) -> None:
+    stand_in = tmp_path / "recorded"
+    shutil.copytree(RECORDED / "8x4090-dual-socket", stand_in)
+    why = "an 8 x 4090 box stands in for a 4 x 4090 one"
+    (stand_in / STAND_IN_FILE).write_text(f"\n{why}\n# how to replace it\n")
+    fact = run(make_action({"recorded_dir": str(stand_in)}, None))["gpu_topology"]
+    assert fact["source"] == f"STAND-IN, not this host's hardware: {why}; recorded: {stand_in}"
+    assert recorded_source(RECORDED / "h200x2") == f"recorded: {RECORDED / 'h200x2'}"
+
+
 def test_a_failing_optional_command_is_left_out_with_a_note() -> None:
     outputs = recorded_outputs("h200x2")
     outputs[RECORDED_COMMANDS["numactl-H.txt"]] = (127, "", "/bin/sh: 1: numactl: not found")
@@ -152,7 +163,7 @@ def test_recorded_dir_plans_without_touching_the_host() -> None:
     action = make_action({"recorded_dir": str(RECORDED / "8x4090-dual-socket")}, None)
     fact = run(action)["gpu_topology"]
     assert action.calls == []
-    assert fact["source"].startswith("recorded: ")
+    assert fact["source"] == f"recorded: {RECORDED / '8x4090-dual-socket'}"  # a capture of that very host
     instances = fact["layout"]["instances"]
     plan = [(i["gpus"], i["numa_binding"]["mode"], i["numa_binding"]["nodes"]) for i in instances]
     assert plan == [([0, 1, 2, 3], "numactl", [0]), ([4, 5, 6, 7], "numactl", [1])]

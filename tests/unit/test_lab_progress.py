@@ -6,6 +6,7 @@ line."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import sys
 import threading
@@ -17,6 +18,7 @@ import pytest
 from vllm_fleet.lab import build
 from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab.progress import (
+    PLAIN_INTERVAL_S,
     DebootstrapTally,
     PipTally,
     Progress,
@@ -141,6 +143,25 @@ def test_run_streaming_hands_lines_over_as_they_come_and_reports_silence() -> No
     assert [line for line, _ in lines] == ["a", "b"]
     assert lines[1][1] - lines[0][1] > 2  # 'a' was handed over before the command ended
     assert idle and all(1.0 <= seconds < 2.6 for seconds in idle)
+
+
+def test_run_streaming_beats_while_lines_that_report_nothing_keep_coming() -> None:
+    # vLLM's log lines while `vllm --version` imports torch: they move no tally, so they report nothing, and
+    # must not hold back the heartbeat (issue 32: 32 s without a line in "Bring each lab up")
+    idle: list[float] = []
+    script = "import time\nfor _ in range(12):\n    print('INFO noise', flush=True); time.sleep(0.25)"
+    build.run_streaming(
+        [sys.executable, "-c", script],
+        timeout=60,
+        on_line=lambda *_: None,
+        on_idle=idle.append,
+        heartbeat_s=1.0,
+    )
+    assert len(idle) >= 2 and all(b - a < 2.0 for a, b in itertools.pairwise(idle)), idle
+
+
+def test_a_streamed_step_shows_a_line_at_least_every_15_s() -> None:
+    assert build.STREAM_HEARTBEAT_S + PLAIN_INTERVAL_S <= 15
 
 
 def test_run_streaming_fails_with_the_last_lines() -> None:

@@ -16,6 +16,7 @@ import yaml
 from plans import TINY_CONFIG, cpu_topology, lab_host_plan
 
 from vllm_fleet.cli import main as cli_main
+from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.build import build_host_plan, fleet_errors
 from vllm_fleet.plan.host import HostPlan, InstancePlan
 from vllm_fleet.plan.inventory import plan_inventory
@@ -41,9 +42,11 @@ def test_the_seed_inventory_plans_layout_argv_and_capacity(capsys: pytest.Captur
     assert cli_main(["plan", "--inventory", str(SEED), "--json"]) == 0
     host = json.loads(capsys.readouterr().out)["hosts"]["seed-4090"]
     assert host["ok"] and host["errors"] == [] and host["vllm_version"] == "0.33.0"
-    assert host["source"].startswith("recorded: ") and host["model_config_source"].endswith(
-        "qwen3.6-27b.config.json"
-    )
+    # planned on a stand-in recording, and the first line says so (issue 32)
+    assert host["source"].startswith("STAND-IN, not this host's hardware: a real 8 x RTX 4090 dual-socket")
+    assert host["source"].endswith(f"; recorded: {SEED}/recorded")
+    assert host["report"].splitlines()[0] == f"== seed-4090 ({host['source']})"
+    assert host["model_config_source"].endswith("qwen3.6-27b.config.json")
     i0, i1 = host["instances"]
     assert (i0["gpus"], i1["gpus"]) == ([0, 1, 2, 3], [4, 5, 6, 7])
     assert (i0["numa_binding"], i1["numa_binding"]) == (
@@ -133,10 +136,20 @@ def test_a_lookup_in_the_inventory_resolves_in_a_fresh_cli_process(tmp_path: Pat
     assert "from-a-file-not-a-secret" not in done.stdout + done.stderr
 
 
+def test_an_undefined_variable_is_an_input_error_naming_host_and_variable() -> None:
+    # the 4 x 4090 example leaves its API key to a vault file: a message, not ansible-core's traceback
+    inventory = ROOT / "inventory" / "examples" / "4x4090-single-socket"
+    with pytest.raises(FleetInputError) as raised:
+        plan_inventory(str(inventory), project_dir=ROOT)
+    message = str(raised.value)
+    assert message.startswith(f"--inventory {inventory}: host rtx4090-4x: vllm_service_api_key: ")
+    assert "'vault_vllm_service_api_key' is undefined" in message
+
+
 def test_vllm_service_port_is_the_first_instance_port() -> None:
     """Two instances never share a port: vllm_service_port 9000 gives 9000 and 9001 (it gave both 9000)."""
     (plan,) = plan_inventory(str(SEED), project_dir=ROOT).values()
-    topology_source = plan.source.removeprefix("recorded: ")
+    topology_source = plan.source.split("; recorded: ")[-1]
     plan = build_host_plan(
         "h",
         {

@@ -23,6 +23,7 @@ from vllm_fleet.plan.host import InstancePlan
 from vllm_fleet.verify.logcheck import parse_log
 from vllm_fleet.verify.metrics import MetricsSummary
 from vllm_fleet.verify.report import (
+    TABLE_COLUMNS,
     Readiness,
     Thresholds,
     api_target,
@@ -39,6 +40,7 @@ from vllm_fleet.verify.report import (
     probe_prompt,
     report_path,
     save_report,
+    table_rows,
 )
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
@@ -421,6 +423,17 @@ def test_a_rerun_on_the_verified_start_of_the_same_plan_skips_only_the_test_requ
     )
     assert not down.ok and down.verified_start == {}
     assert needs_full_checks(down.to_dict(), instance, invocation)
+    # the fleet table says "light" where a full check shows TTFT, prefix hit and acceptance (issue 32: a
+    # converged re-run showed `-/-` and `-` without a word), and says once what a light check is
+    full_row, light_row = table_rows([first_with_start, light.to_dict()])
+    columns = TABLE_COLUMNS.index("ttft p50/p99 ms"), TABLE_COLUMNS.index("spec acc.") + 1
+    assert "light" not in full_row and full_row[columns[0]] != "-/-"
+    assert light_row[slice(*columns)] == ["light"] * 3 and light_row[2] == "OK"
+    table = fleet_table([first_with_start, light.to_dict()]).splitlines()
+    assert table[-2] == "2/2 instances passed"
+    assert table[-1].startswith("light: a re-run found the same start")
+    assert "vllm_verify_full=true" in table[-1]
+    assert "light:" not in fleet_table([first_with_start])
 
 
 def _healthy_report_at(plan: dict, invocation: str, api: dict | None = None, **kwargs: object):

@@ -17,6 +17,7 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab import spec as lab
 from vllm_fleet.lab.build import LabBuildError
+from vllm_fleet.lab.leftovers import leftovers, remove_leftovers
 from vllm_fleet.lab.progress import Reporter
 
 _reporter = Reporter(sys.stderr)
@@ -94,6 +95,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             f"{result['bytes_freed'] / 1e6:.0f} MB freed; "
             + (f"{root} removed" if result["root_removed"] else f"{root} kept (it holds other files)")
         )
+        if args.all:
+            rest = remove_leftovers(leftovers(), log=_log)
+            result["leftovers"] = rest
+            human += (
+                f"\nand everything else the project and its tests made: removed {len(rest['removed'])} "
+                f"folders, {rest['bytes_freed'] / 1e6:.0f} MB freed"
+            )
         emit(result, args.json, human)
         return 0
     if args.lab_command == "list":
@@ -146,10 +154,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target = down.add_mutually_exclusive_group(required=True)
     target.add_argument("--name", help="lab name")
     target.add_argument("--all", action="store_true", help="every lab on this machine")
-    sub.add_parser(
+    clean = sub.add_parser(
         "clean",
         help="remove every lab, the cached root filesystem, wheelhouse, model (~950 MB) and saved vLLM venv"
         " (~2.5 GB), all locks",
+    )
+    clean.add_argument(
+        "--all",
+        action="store_true",
+        help="also what the tests and scripts leave outside the lab root: the vLLM venvs and wheels under "
+        "/var/cache/vllm-fleet-*, the suite's uv and pip caches (~/.cache/vllm-fleet), pytest's "
+        "/tmp/pytest-of-USER",
     )
     sub.add_parser("list", help="the labs on this machine")
     status = sub.add_parser("status", help="hosts, processes and systemd state of a lab")

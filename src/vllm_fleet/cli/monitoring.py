@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.cli import emit
-from vllm_fleet.cli.plan import PROJECT_DIR
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.monitoring.files import monitoring_files, write_files
 from vllm_fleet.monitoring.rules import Limits, limits_from
 from vllm_fleet.monitoring.targets import GPU_EXPORTER_PORT, NODE_EXPORTER_PORT, parse_duration_seconds
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
+from vllm_fleet.project import project_dir
 from vllm_fleet.verify.report import Thresholds
 
 VERIFY_MARKS = ("vllm_verify_spec_acceptance_min", "vllm_verify_ttft_p99_max", "vllm_verify_max_restarts")
@@ -50,7 +50,7 @@ def inventory_settings(inventory: str, hosts: list[str]) -> dict[str, dict[str, 
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[inventory])
     variables_of = VariableManager(loader=loader, inventory=manager)
-    defaults = role_defaults(PROJECT_DIR / "roles")
+    defaults = role_defaults(project_dir() / "roles")
     settings = {}
     for name in hosts:
         host_vars = variables_of.get_vars(host=manager.get_host(name), include_hostvars=False)
@@ -105,7 +105,7 @@ def _handle(args: argparse.Namespace) -> int:
         plans = saved_plans(Path(args.plans), inventory_hosts(args.inventory, args.limit))
     else:
         facts = Path(args.facts) if args.facts else None
-        plans = plan_inventory(args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts)
+        plans = plan_inventory(args.inventory, project_dir=project_dir(), limit=args.limit, probe_dir=facts)
     failed = {host: plan.errors for host, plan in plans.items() if not plan.ok}
     if failed:
         raise FleetInputError(

@@ -16,10 +16,8 @@ from vllm_fleet.plan.capacity import format_plan, plan_capacity
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
 from vllm_fleet.plan.model_config import parse_model_config, read_model_config_file
+from vllm_fleet.project import project_dir
 from vllm_fleet.sizes import parse_human_int, parse_size
-
-# The project (roles/ beside src/): a clone, or the editable install of one.
-PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 
 def load_model_config(path: str) -> dict[str, Any]:
@@ -42,7 +40,7 @@ def _partition(text: str | None) -> list[int] | None:
 def _handle_inventory(args: argparse.Namespace) -> int:
     """Every host's plan from the inventory: the HostPlan preflight would build, no host touched."""
     facts = Path(args.facts) if args.facts else None
-    plans = plan_inventory(args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts)
+    plans = plan_inventory(args.inventory, project_dir=project_dir(), limit=args.limit, probe_dir=facts)
     data = {"hosts": {name: plan.to_dict() for name, plan in plans.items()}}
     human = "\n\n".join(_host_summary(plan) for plan in plans.values())
     emit(data, args.json, human)

@@ -30,6 +30,7 @@ from typing import Any
 
 from vllm_fleet.cli import emit
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.project import fleet_report_dir, project_dir
 from vllm_fleet.rollout import decisions as rollout
 from vllm_fleet.terminal import terminal_safe
 
@@ -38,29 +39,12 @@ PLAYBOOK = Path("playbooks") / "rollout.yml"
 DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collections"
 
 
-def default_project_dir(here: Path | None = None) -> Path:
-    """Where playbooks/rollout.yml is: the checkout this package runs from (<project>/src/vllm_fleet), else
-    the collection the wheel installed beside it (<site-packages>/ansible_collections/vllm_fleet/serving,
-    see setup.py)."""
-    here = (here or Path(__file__)).resolve()
-    clone = here.parents[3]
-    if (clone / PLAYBOOK).is_file():
-        return clone
-    return here.parents[2] / "ansible_collections" / "vllm_fleet" / "serving"
-
-
 def default_report_dir(project: Path, cwd: Path) -> Path:
     """The run folders: `rollouts/` of the reports folder, as the role's own default
-    (`vllm_rollout_report_dir`), so a rollout run by the CLI and one run by ansible-playbook land together."""
-    return default_fleet_report_dir(project, cwd) / "rollouts"
-
-
-def default_fleet_report_dir(project: Path, cwd: Path) -> Path:
-    """`vllm_fleet_report_dir` for the playbook (verify's reports, the plans): ansible-runner runs it with the
-    project as its working directory, where the playbook's own default (`./reports`) would land in
-    site-packages for the installed collection; so the same base as the run folders, the checkout or `cwd`."""
-    base = project if (project / "pyproject.toml").is_file() else cwd
-    return base / "reports"
+    (`vllm_rollout_report_dir`), so a rollout run by the CLI and one run by ansible-playbook land together.
+    ansible-runner runs the playbook with the project as its working directory, where the playbook's own
+    default (`./reports`) would land in site-packages for the installed collection."""
+    return fleet_report_dir(project, cwd) / "rollouts"
 
 
 def parse_extra_vars(items: list[str]) -> dict[str, Any]:
@@ -201,7 +185,7 @@ def _handle(args: argparse.Namespace) -> int:
     # heavy, and only this command needs it: `vllm-fleet --help` must not pay for it
     import ansible_runner
 
-    project = Path(args.project_dir).resolve() if args.project_dir else default_project_dir()
+    project = Path(args.project_dir).resolve() if args.project_dir else project_dir()
     if not (project / PLAYBOOK).is_file():
         raise FleetInputError(
             f"--project-dir {str(project)!r} holds no {PLAYBOOK}; point it at the vllm-fleet checkout"
@@ -216,7 +200,7 @@ def _handle(args: argparse.Namespace) -> int:
     )
     extravars = build_extravars(args, run_id, report_dir)
     # -e vllm_fleet_report_dir=... wins; a relative one is the user's working directory's, not the runner's
-    extravars.setdefault("vllm_fleet_report_dir", str(default_fleet_report_dir(project, Path.cwd())))
+    extravars.setdefault("vllm_fleet_report_dir", str(fleet_report_dir(project, Path.cwd())))
     given = extravars["vllm_fleet_report_dir"]
     if isinstance(given, str) and given and not os.path.isabs(given):  # anything else: the filter's message
         extravars["vllm_fleet_report_dir"] = str(Path.cwd() / given)

@@ -38,6 +38,9 @@ OnProgress = Callable[[Progress], None]
 OnIdle = Callable[[float], None]
 # A step whose tool prints nothing for this long still reports (elapsed time), so a log never looks hung.
 HEARTBEAT_S = 10.0
+# a streamed step's heartbeat: the plain reporter prints at most one line per 10 s
+# (progress.PLAIN_INTERVAL_S), so a beat every 5 s shows a line at least every 15 s
+STREAM_HEARTBEAT_S = 5.0
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR_ENV = "VLLM_FLEET_LAB_MIRROR"
@@ -130,11 +133,13 @@ def run_streaming(
     on_idle: Callable[[float], None],
     env: dict[str, str] | None = None,
     what: str = "",
-    heartbeat_s: float = HEARTBEAT_S,
+    heartbeat_s: float = STREAM_HEARTBEAT_S,
 ) -> str:
     """Run a command, handing each output line (stdout and stderr together) to on_line(line, elapsed) as it
-    comes, and on_idle(elapsed) after every heartbeat_s without one; returns the whole output. LabBuildError
-    on failure, as run()."""
+    comes, and on_idle(elapsed) every heartbeat_s, lines or not: a line that moves no tally (vLLM's log lines
+    while `vllm --version` imports torch) reports nothing, and must not keep the step silent (issue 32: 32 s
+    without a line between the wheelhouse install and the import check). Returns the whole output.
+    LabBuildError on failure, as run()."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -169,17 +174,19 @@ def run_streaming(
                 raise LabBuildError(f"{what or argv[0]}: timed out after {timeout:.0f} s: {' '.join(argv)}")
             try:
                 line = lines.get(timeout=1.0)
+                got = True
             except queue.Empty:
-                if time.monotonic() - last_report >= heartbeat_s:
-                    on_idle(time.monotonic() - started)
-                    last_report = time.monotonic()
+                got = False
+            if time.monotonic() - last_report >= heartbeat_s:
+                on_idle(time.monotonic() - started)
+                last_report = time.monotonic()
+            if not got:
                 continue
             if line is None:
                 break
             tail.append(line)
             output.append(line)
             on_line(line, time.monotonic() - started)
-            last_report = time.monotonic()
         returncode = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
     finally:
         if proc.poll() is None:

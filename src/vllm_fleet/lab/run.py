@@ -33,6 +33,7 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.lab import build as lab_build
 from vllm_fleet.lab import spec as lab
 from vllm_fleet.lab.build import LabBuildError, OnProgress, file_lock, run
+from vllm_fleet.lab.leftovers import tree_bytes
 from vllm_fleet.lab.progress import Progress
 
 Log = Callable[[str], None]
@@ -830,15 +831,6 @@ def status(name: str, *, root: Path | None = None) -> dict[str, Any]:
     }
 
 
-def _tree_bytes(path: Path) -> int:
-    total = 0
-    for folder, _dirs, files in os.walk(path):
-        for file in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, file)).st_size
-    return total
-
-
 def clean(*, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
     """Remove everything `vllm-fleet lab` put on this machine: every lab (as `down`), the cached artefacts
     (root filesystem, wheelhouse, model, half-built `.partial` folders) and every lock file; then the lab
@@ -859,9 +851,7 @@ def clean(*, root: Path | None = None, log: Log = _quiet) -> dict[str, Any]:
             for entry in sorted(cache.iterdir()):
                 if entry.name == ".lock":
                     continue
-                # a link (to another root's artefact) is removed, never followed
-                linked = entry.is_symlink()
-                size = _tree_bytes(entry) if entry.is_dir() and not linked else entry.lstat().st_size
+                size = tree_bytes(entry)  # a link (to another root's artefact) is removed, never followed
                 lab_build.remove_tree(entry)
                 freed += size
                 removed.append(str(entry))

@@ -20,7 +20,7 @@ from vllm_fleet.plan.host import HostPlan, InstancePlan
 from vllm_fleet.verify.report import Thresholds
 
 BY = "fleet, host, instance"
-RUNBOOK = "README.md"  # one heading per alert under "Runbook: vllm-fleet alerts"
+RUNBOOK = "docs/runbook.md"  # one `## <alert>` heading per alert
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.build import build_host_plan
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.model_config import model_config_from
-from vllm_fleet.probe.topology import Topology, build_topology_from_dir
+from vllm_fleet.probe.topology import Topology, build_topology_from_dir, recorded_source
+from vllm_fleet.project import fleet_report_dir
 
 # libyaml's loader where PyYAML has it: the nine argument specs are read for every host's plan, and the pure
 # Python loader took about 40 ms of them (issue 21)
@@ -58,8 +59,24 @@ def role_variables(
     own = [n for n in host_vars if isinstance(n, str) and n.startswith(prefixes)]
     merged = {n: v for n, v in defaults.items() if n.startswith(prefixes)}
     merged.update({n: host_vars[n] for n in own})
-    seen = {name: template(value, available) for name, value in merged.items()}
+    seen = {name: _templated(name, value, available, template) for name, value in merged.items()}
     return {n: seen[n] for n in own}, seen
+
+
+def _templated(
+    name: str, value: Any, available: dict[str, Any], template: Callable[[Any, dict[str, Any]], Any]
+) -> Any:
+    """One variable templated; what it names but nobody defines is the user's input error, not a traceback
+    (a vault variable the inventory leaves to a vault file, for one)."""
+    from ansible.errors import AnsibleError
+
+    try:
+        return template(value, available)
+    except AnsibleError as exc:
+        raise FleetInputError(
+            f"{name}: {exc.message}: define it in the inventory (a vault file's variables need "
+            "ansible-playbook with the vault password; give `vllm-fleet plan` an inventory that defines it)"
+        ) from exc
 
 
 def _loose(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,7 +113,7 @@ def facts_topology(host: str, variables: Mapping[str, Any], probe_dir: Path) -> 
     """The host's topology from recorded outputs or the probe's saved report, and where it came from."""
     recorded = variables.get("gpu_topology_recorded_dir")
     if recorded:
-        return build_topology_from_dir(str(recorded)), f"recorded: {recorded}"
+        return build_topology_from_dir(str(recorded)), recorded_source(str(recorded))
     report = probe_dir / f"{host}.json"
     if report.is_file():
         data = json.loads(report.read_text())
@@ -139,7 +156,7 @@ def plan_inventory(
         matching = f" match --limit {limit}" if limit else ""
         raise FleetInputError(f"--inventory {inventory}: no hosts{matching}")
     roles_dir = project_dir / "roles"
-    probe_dir = probe_dir or project_dir / "reports" / "probe"
+    probe_dir = probe_dir or fleet_report_dir(project_dir, Path.cwd()) / "probe"
 
     def template(value: Any, available: dict[str, Any]) -> Any:
         return Templar(loader=loader, variables=available).template(value)
@@ -147,7 +164,10 @@ def plan_inventory(
     plans: dict[str, HostPlan] = {}
     for host in hosts:
         host_vars = variables_of.get_vars(host=host, include_hostvars=False)
-        given, variables = role_variables(host_vars, roles_dir, template)
+        try:
+            given, variables = role_variables(host_vars, roles_dir, template)
+        except FleetInputError as exc:
+            raise FleetInputError(f"--inventory {inventory}: host {host.name}: {exc}") from exc
         errors = argument_spec_errors(roles_dir, given)
         topology, source = facts_topology(host.name, variables, probe_dir)
         config, config_source = model_config_from(

@@ -34,6 +34,10 @@ RECORDED_FILES: dict[str, str] = {
     "sysfs_numa": "sysfs-gpu-numa.txt",
 }
 
+# In a recorded folder that stands in for other hardware (no capture of the real box exists): one line saying
+# what the recording is and what it stands in for; the plan's first line then says so (`recorded_source`).
+STAND_IN_FILE = "stand-in.txt"
+
 QUERY_GPU_FIELDS: tuple[str, ...] = (
     "index",
     "name",
@@ -1194,6 +1198,18 @@ def read_recorded_dir(path: str | Path) -> dict[str, str]:
             "them with the commands in vllm_fleet.probe.topology.RECORDED_COMMANDS"
         )
     return texts
+
+
+def recorded_source(path: str | Path) -> str:
+    """Where a plan's facts came from, for its first line: `recorded: DIR`; when the folder is not a capture
+    of the hardware it plans but stands in for it (its `STAND_IN_FILE` says what it is and why), that first
+    (issue 32: the seed's 4 x 4090 example planned 8 GPUs of another box and only a README said so)."""
+    note = Path(path) / STAND_IN_FILE
+    if not note.is_file():
+        return f"recorded: {path}"
+    lines = [line.strip() for line in note.read_text(encoding="utf-8", errors="replace").splitlines()]
+    why = next((line for line in lines if line), "no reason given")
+    return f"STAND-IN, not this host's hardware: {why}; recorded: {path}"
 
 
 def build_topology_from_texts(texts: Mapping[str, str], *, allow_incomplete: bool = False) -> Topology:

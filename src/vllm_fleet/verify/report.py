@@ -910,6 +910,17 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 0, suffix: str = "") -> s
     return str(value)
 
 
+LIGHT = "light"
+LIGHT_NOTE = (
+    "light: a re-run found the same start of the same plan its full checks passed at, so it sent no test "
+    "requests (no TTFT, prefix hit or acceptance to show); -e vllm_verify_full=true measures them again"
+)
+
+
+def _is_light(report: Mapping[str, Any]) -> bool:
+    return report.get("full") is False
+
+
 TABLE_COLUMNS = (
     "host",
     "instance",
@@ -932,6 +943,13 @@ def table_rows(reports: Iterable[Mapping[str, Any]]) -> list[list[str]]:
         metrics = data.get("metrics") or {}
         failed = [c["name"] for c in data.get("checks", []) if not c.get("ok")]
         ttft = f"{_fmt(metrics.get('ttft_p50_s'), 1000)}/{_fmt(metrics.get('ttft_p99_s'), 1000)}"
+        measured = [
+            ttft,
+            _fmt(metrics.get("prefix_cache_hit_rate"), 100, 1, "%"),
+            _fmt(metrics.get("spec_acceptance_rate"), 100, 1, "%"),
+        ]
+        if _is_light(data):
+            measured = [LIGHT] * len(measured)  # no test requests were sent to measure them
         restarts = (data.get("unit_state") or {}).get("n_restarts")
         rows.append(
             [
@@ -941,9 +959,7 @@ def table_rows(reports: Iterable[Mapping[str, Any]]) -> list[list[str]]:
                 _fmt(log.get("kv_cache_tokens")),
                 _fmt(log.get("max_concurrency"), digits=2, suffix="x"),
                 _fmt(log.get("kv_cache_dtype")),
-                ttft,
-                _fmt(metrics.get("prefix_cache_hit_rate"), 100, 1, "%"),
-                _fmt(metrics.get("spec_acceptance_rate"), 100, 1, "%"),
+                *measured,
                 _fmt(restarts),
                 ", ".join(failed) or "-",
             ]
@@ -962,6 +978,8 @@ def fleet_table(reports: Sequence[Mapping[str, Any]]) -> str:
     lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
     passed = sum(1 for r in reports if r.get("ok"))
     lines.append(f"{passed}/{len(reports)} instances passed")
+    if any(_is_light(r) for r in reports):
+        lines.append(LIGHT_NOTE)
     return "\n".join(lines)
 
 
