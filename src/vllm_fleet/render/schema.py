@@ -258,7 +258,7 @@ def _option_owners() -> dict[str, tuple[str, str]]:
     owned = {flag: var for var, flags in VARIABLE_FLAGS.items() for flag in flags}
     owned.update(SECRET_FLAGS)
     for version in flagcat.catalogued_versions():
-        for option, data in flagcat.release(version, exact=True).flags.items():
+        for option, data in flagcat.release(version).flags.items():
             if option in owned:
                 for spelling in (option, *data["aliases"], *data["negations"]):
                     owners[spelling] = (option, owned[option])
@@ -285,7 +285,7 @@ def owned_option(word: str) -> tuple[str, str] | None:
         attached = {owners[o] for o in owners if not o.startswith("--") and name.startswith(o)}
         return next(iter(attached)) if len(attached) == 1 else None
     if any(
-        flagcat.release(v, exact=True).has(name) for v in flagcat.catalogued_versions()
+        flagcat.release(v).has(name) for v in flagcat.catalogued_versions()
     ):
         return None
     # argparse's allow_abbrev: a prefix of exactly one flag is that flag
