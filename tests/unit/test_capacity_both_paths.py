@@ -175,4 +175,3 @@ def test_every_fixture_log_with_a_kv_line_runs_both_paths_or_says_why_not() -> N
     ]
     assert loose == [], "add each to a runs.tsv row (or, with the reason, to vllm-logs/not-both-paths.tsv)"
     assert len(covered) >= 15  # the families' 12 served runs and the public logs of vllm-logs/runs.tsv
-
