@@ -1,6 +1,6 @@
 """vLLM's KV-cache manager choices, release by release (plan.kv_manager), as read in each release's sources
-(the wheels scripts/gen_flag_catalog.py caches): chunked-local attention with and without the hybrid manager and
-VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE, prefix caching switched off by the model, the default
+(the wheels scripts/gen_flag_catalog.py caches): chunked-local attention with and without the hybrid manager
+and VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE, prefix caching switched off by the model, the default
 block size per device. Where a real log exists it is the test (test_capacity_both_paths.py: the Qwen3-Next
 0.13.0 log); the chunked-local figures have no real log here, so the plan must call itself approximate."""
 
