@@ -93,7 +93,7 @@ def test_a_release_the_catalog_lacks_is_refused_with_the_fix(tmp_path: Path, cap
 
 
 def _lab_report(kv_tokens: int, exact: bool) -> Any:
-    """The recorded healthy lab start (tests/fixtures/metrics/healthy) against a plan expecting `kv_tokens`."""
+    """The recorded healthy lab start (fixtures/metrics/healthy) against a plan expecting `kv_tokens`."""
     plan = lab_instance_plan(vllm_service_host="0.0.0.0")
     plan["expectations"] = {
         **plan["expectations"],
