@@ -7,7 +7,8 @@ list from 0.10.0 on, plus OLDER_RELEASES) the official wheel is fetched from PyP
 wheel is deleted, and the sources are read with `ast`
 (vLLM is never imported: its imports need torch and CUDA).
 
-    .venv/bin/python scripts/gen_flag_catalog.py                 # fetch what is missing, write the catalog
+    .venv/bin/python scripts/gen_flag_catalog.py                 # ask the index, fetch what is missing, write
+    .venv/bin/python scripts/gen_flag_catalog.py --index-from src/vllm_fleet/data/flags.json   # regenerate as is
     .venv/bin/python scripts/gen_flag_catalog.py --cache DIR --versions 0.32.0 0.33.0 --output -
 
 What is extracted per release (see `extract_release`):
@@ -651,7 +652,7 @@ def compact(releases: dict[str, dict[str, object]]) -> tuple[list[object], dict[
 
 
 def build_catalog(
-    versions: Iterable[str], cache: Path, pip: str, index: list[str] | None
+    versions: Iterable[str], cache: Path, pip: str, index: list[str], as_of: str
 ) -> dict[str, object]:
     releases = {}
     for version in versions:
@@ -662,7 +663,7 @@ def build_catalog(
         "source": "vllm wheels from PyPI (pip download vllm==X --no-deps), read with ast",
         "format": 2,
         "package_index": {
-            "as_of": time.strftime("%Y-%m-%d", time.gmtime()),
+            "as_of": as_of,
             "command": "pip index versions vllm",
             "versions": index,
         },
@@ -681,10 +682,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT), help="'-' for stdout")
     parser.add_argument("--pip", default=str(Path(sys.executable).with_name("pip")))
+    parser.add_argument(
+        "--index-from",
+        type=Path,
+        help="reuse the package index list recorded in this catalog (regenerate it byte for byte) instead of "
+        "asking the index now",
+    )
     args = parser.parse_args(argv)
-    index = index_versions(args.pip)
+    if args.index_from:
+        recorded = json.loads(args.index_from.read_text(encoding="utf-8"))["package_index"]
+        index, as_of = recorded["versions"], recorded["as_of"]
+    else:
+        index, as_of = index_versions(args.pip), time.strftime("%Y-%m-%d", time.gmtime())
     args.versions = args.versions or covered_versions(index)
-    catalog = build_catalog(args.versions, args.cache, args.pip, index)
+    catalog = build_catalog(args.versions, args.cache, args.pip, index, as_of)
     # one line per shared entry and per release: diffs of a regenerated catalog stay readable
     text = _dump(catalog)
     if args.output == "-":
