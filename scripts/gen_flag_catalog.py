@@ -8,7 +8,7 @@ wheel is deleted, and the sources are read with `ast`
 (vLLM is never imported: its imports need torch and CUDA).
 
     .venv/bin/python scripts/gen_flag_catalog.py                 # ask the index, fetch what is missing, write
-    .venv/bin/python scripts/gen_flag_catalog.py --index-from src/vllm_fleet/data/flags.json   # regenerate as is
+    .venv/bin/python scripts/gen_flag_catalog.py --index-from src/vllm_fleet/data/flags.json  # as recorded
     .venv/bin/python scripts/gen_flag_catalog.py --cache DIR --versions 0.32.0 0.33.0 --output -
 
 What is extracted per release (see `extract_release`):
