@@ -4,6 +4,8 @@ these facts fails here."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vllm_fleet import flags
@@ -157,3 +159,13 @@ def test_describe_availability():
     assert flags.describe_availability("--rope-scaling") == "0.8.5-0.11.0 only (gone by 0.11.1)"
     assert flags.describe_availability("--kv-cache-memory-bytes") == "since 0.10.2"
     assert flags.describe_availability("--kv-cache-memory") == "in no catalogued release"
+
+
+def test_the_flags_command_answers_for_every_catalogued_release(capsys):
+    from vllm_fleet.cli import main
+
+    for version in flags.catalogued_versions():
+        assert main(["flags", "--vllm-version", version, "--flag", "max-model-len", "--json"]) == 0, version
+        assert json.loads(capsys.readouterr().out)["vllm_version"] == version
+    assert main(["flags", "--vllm-version", "0.26.1", "--flag", "max-model-len"]) == 2
+    assert "vLLM '0.26.1' is not in the flag catalog" in capsys.readouterr().err
