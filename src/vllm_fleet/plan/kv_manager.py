@@ -62,8 +62,8 @@ _CHUNKED_LOCAL_ENV_DEFAULT_ON_FROM = "0.14.0"
 _PREFIX_CACHING_FOR_SUPPORTING_MODELS_FROM = "0.11.1"
 _ALIGN_FOR_EVERY_HYBRID_FROM = "0.15.0"
 # The models that declare SupportsMambaPrefixCaching in 0.11.1-0.14.1 (vllm/model_executor/models/*.py): those
-# of 0.26.0 and Bamba (still in 0.20.0, gone by 0.26.0; default_mamba_cache_mode uses 0.26.0's set, so Bamba on
-# 0.15.0-0.25.x is planned "align" where vLLM takes "all": a known gap, no Bamba log here).
+# of 0.26.0 and Bamba (still in 0.20.0, gone by 0.26.0; default_mamba_cache_mode uses 0.26.0's set, so
+# Bamba on 0.15.0-0.25.x is planned "align" where vLLM takes "all": a known gap, no Bamba log here).
 _MAMBA_PREFIX_CACHING_ARCHITECTURES_0_11 = _MAMBA_PREFIX_CACHING_ARCHITECTURES | {"BambaForCausalLM"}
 
 
