@@ -234,6 +234,23 @@ def _expanded(name: str) -> Release:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def flag_entries() -> tuple[dict[str, Any], ...]:
+    """Every distinct flag entry of any catalogued release (`option` plus its data), without expanding the
+    releases: what asks "in any release" reads this."""
+    return tuple(item for item in _catalog()["shared"] if isinstance(item, dict) and "dest" in item)
+
+
+@functools.lru_cache(maxsize=1)
+def options_in_any_release() -> frozenset[str]:
+    """Every option string, negation included, that some catalogued release accepts."""
+    names: set[str] = set()
+    for entry in flag_entries():
+        names.add(entry["option"])
+        names.update(entry["negations"])
+    return frozenset(names)
+
+
 def history(option: str) -> list[str]:
     """Catalogued releases in which `option` (or its negative form) exists."""
     return [v for v in catalogued_versions() if release(v).has(option)]
