@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Generate src/vllm_fleet/data/flags.json, the `vllm serve` flag catalog per vLLM release.
 
-The catalog is read from vLLM's real sources, never typed by hand: for every release in RELEASES the
-official wheel is fetched from PyPI (`pip download vllm==X --no-deps`, one at a time), only its
-`vllm/**/*.py` files are kept in a cache outside the repository, the wheel is deleted, and the sources
-are read with `ast` (vLLM is never imported: its imports need torch and CUDA).
+The catalog is read from vLLM's real sources, never typed by hand: for every release (the package index's
+list from 0.10.0 on, plus OLDER_RELEASES) the official wheel is fetched from PyPI (`pip download vllm==X
+--no-deps`, one at a time), only its `vllm/**/*.py` files are kept in a cache outside the repository, the
+wheel is deleted, and the sources are read with `ast`
+(vLLM is never imported: its imports need torch and CUDA).
 
-    .venv/bin/python scripts/gen_flag_catalog.py                 # fetch what is missing, write the catalog
+    .venv/bin/python scripts/gen_flag_catalog.py                 # ask the index, fetch what is missing, write
+    .venv/bin/python scripts/gen_flag_catalog.py --index-from src/vllm_fleet/data/flags.json  # as recorded
     .venv/bin/python scripts/gen_flag_catalog.py --cache DIR --versions 0.32.0 0.33.0 --output -
 
 What is extracted per release (see `extract_release`):
@@ -29,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,20 +39,10 @@ from pathlib import Path
 
 from vllm_fleet.lab.leftovers import leftovers
 
-RELEASES = (
-    "0.8.5",
-    "0.9.2",
-    "0.10.2",
-    "0.11.0",
-    "0.11.1",
-    "0.14.0",
-    "0.19.0",
-    "0.20.0",
-    "0.25.0",
-    "0.30.0",
-    "0.32.0",
-    "0.33.0",
-)
+# Releases before FIRST_COVERED kept from earlier catalogs; from FIRST_COVERED on, every release the package
+# index lists is catalogued (patch releases included), so no target is answered by a neighbour.
+OLDER_RELEASES = ("0.8.5", "0.9.2")
+FIRST_COVERED = "0.10.0"
 DEFAULT_CACHE = leftovers().wheel_cache  # $VLLM_FLEET_WHEEL_CACHE; `vllm-fleet lab clean --all` removes it
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "src" / "vllm_fleet" / "data" / "flags.json"
@@ -85,6 +78,30 @@ def fetch(version: str, cache: Path, pip: str) -> Path:
                     wheel.extract(name, partial)
         partial.rename(dest)
     return dest
+
+
+def index_versions(pip: str) -> list[str]:
+    """Every final release of vllm the package index lists (`pip index versions vllm`), oldest first."""
+    out = subprocess.run(
+        [pip, "index", "versions", "vllm"], check=True, capture_output=True, text=True, timeout=300
+    ).stdout
+    for line in out.splitlines():
+        if line.startswith("Available versions:"):
+            found = [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+            return sorted(found, key=_version_key)
+    raise SystemExit(f"pip index versions vllm: no 'Available versions:' line in {out!r}")
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+", 1)[0].replace(".post", ".")))
+
+
+def covered_versions(index: list[str]) -> list[str]:
+    """What the catalog holds: the older releases it always had, then every indexed release >= 0.10.0 that
+    is not a post release (a .postN wheel carries its release's parser)."""
+    first = _version_key(FIRST_COVERED)
+    newer = [v for v in index if _version_key(v) >= first and "post" not in v]
+    return [*OLDER_RELEASES, *newer]
 
 
 # ------------------------------------------------------------------------------------------ source index
@@ -602,14 +619,57 @@ def _eviction_policies(index: SourceIndex) -> list[str]:
 # -------------------------------------------------------------------------------------------------- main
 
 
-def build_catalog(versions: Iterable[str], cache: Path, pip: str) -> dict[str, object]:
+class Interner:
+    """One table of distinct JSON values; a release names its flag entries and value lists by index, so
+    forty releases that share most of their flags cost little more than one (issue 34: the catalog is parsed
+    on every ansible run)."""
+
+    def __init__(self) -> None:
+        self.items: list[object] = []
+        self._ids: dict[str, int] = {}
+
+    def add(self, value: object) -> int:
+        key = json.dumps(value, sort_keys=True)
+        if key not in self._ids:
+            self._ids[key] = len(self.items)
+            self.items.append(value)
+        return self._ids[key]
+
+
+def compact(releases: dict[str, dict[str, object]]) -> tuple[list[object], dict[str, object]]:
+    """Each release's flags as indexes into a shared table of `{"option": ..., entry...}` dicts, and its
+    value lists (values, json_keys, offloading lists) as indexes into the same table."""
+    table = Interner()
+    packed: dict[str, object] = {}
+    for version, data in releases.items():
+        flag_ids = [table.add({"option": opt, **entry}) for opt, entry in data["flags"].items()]  # type: ignore[union-attr]
+        packed[version] = {
+            "flags": flag_ids,
+            "values": {k: table.add(v) for k, v in data["values"].items()},  # type: ignore[union-attr]
+            "json_keys": {k: table.add(v) for k, v in data["json_keys"].items()},  # type: ignore[union-attr]
+            "offloading": table.add(data["offloading"]),
+        }
+    return table.items, packed
+
+
+def build_catalog(
+    versions: Iterable[str], cache: Path, pip: str, index: list[str], as_of: str
+) -> dict[str, object]:
     releases = {}
     for version in versions:
         releases[version] = extract_release(version, fetch(version, cache, pip))
+    shared, packed = compact(releases)
     return {
         "generated_by": "scripts/gen_flag_catalog.py",
         "source": "vllm wheels from PyPI (pip download vllm==X --no-deps), read with ast",
-        "releases": releases,
+        "format": 2,
+        "package_index": {
+            "as_of": as_of,
+            "command": "pip index versions vllm",
+            "versions": index,
+        },
+        "shared": shared,
+        "releases": packed,
     }
 
 
@@ -618,12 +678,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="wheel/source cache (outside the repo)"
     )
-    parser.add_argument("--versions", nargs="+", default=list(RELEASES))
+    parser.add_argument(
+        "--versions", nargs="+", help="only these releases (default: every release the package index lists)"
+    )
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT), help="'-' for stdout")
     parser.add_argument("--pip", default=str(Path(sys.executable).with_name("pip")))
+    parser.add_argument(
+        "--index-from",
+        type=Path,
+        help="reuse the package index list recorded in this catalog (regenerate it byte for byte) instead of "
+        "asking the index now",
+    )
     args = parser.parse_args(argv)
-    catalog = build_catalog(args.versions, args.cache, args.pip)
-    text = json.dumps(catalog, indent=1, sort_keys=False) + "\n"
+    if args.index_from:
+        recorded = json.loads(args.index_from.read_text(encoding="utf-8"))["package_index"]
+        index, as_of = recorded["versions"], recorded["as_of"]
+    else:
+        index, as_of = index_versions(args.pip), time.strftime("%Y-%m-%d", time.gmtime())
+    args.versions = args.versions or covered_versions(index)
+    catalog = build_catalog(args.versions, args.cache, args.pip, index, as_of)
+    # one line per shared entry and per release: diffs of a regenerated catalog stay readable
+    text = _dump(catalog)
     if args.output == "-":
         sys.stdout.write(text)
     else:
@@ -631,6 +706,26 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}: {', '.join(args.versions)}")
     return 0
+
+
+def _dump(catalog: dict[str, object]) -> str:
+    head = {k: v for k, v in catalog.items() if k not in ("shared", "releases")}
+    lines = ["{"]
+    lines += [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    shared = catalog["shared"]
+    lines.append(' "shared": [')
+    lines += [f"  {json.dumps(item, separators=(',', ':'))}," for item in shared]  # type: ignore[union-attr]
+    lines[-1] = lines[-1].rstrip(",")
+    lines.append(" ],")
+    lines.append(' "releases": {')
+    releases = catalog["releases"]
+    lines += [
+        f"  {json.dumps(v)}: {json.dumps(d, separators=(',', ':'))},"
+        for v, d in releases.items()  # type: ignore[union-attr]
+    ]
+    lines[-1] = lines[-1].rstrip(",")
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

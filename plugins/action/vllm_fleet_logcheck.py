@@ -13,7 +13,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.verify.report import Thresholds, build_report, failure_message, save_report
+from vllm_fleet.verify.report import (
+    Thresholds,
+    build_report,
+    failure_message,
+    save_report,
+    warning_lines,
+)
 
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},
@@ -72,6 +78,8 @@ class ActionModule(ActionBase):
         result.update(changed=False, report=data, ok=report.ok)
         if args["report_dir"]:
             result["report_path"] = str(save_report(args["report_dir"], data))
+        if warnings := warning_lines(data):
+            result["warnings"] = warnings  # Ansible prints them; an approximate capacity never fails
         if not report.ok:
             result["msg"] = failure_message(data)
             result["failed"] = args["fail_on_error"]

@@ -1,9 +1,13 @@
 """The `vllm serve` flag catalog: which flags, choices and JSON keys exist in which vLLM release.
 
 The data (`data/flags.json`) is generated from the real wheels by `scripts/gen_flag_catalog.py`; this module
-only reads it. A target version between two catalogued releases is answered by the nearest catalogued release
-at or below it (flags are added far more often than removed, and a removal is caught by the real parser check
-on the host, `roles/vllm_service/files/vllm_argv_check.py`).
+only reads it. The catalog holds every release the package index listed from 0.10.0 on (patch releases
+included) when it was generated, and a release it does not hold is an error naming the fix: a neighbour's
+flags, and above all a neighbour's KV-cache formula, answered the wrong question (issue 34: 0.26.0 planned as
+0.25.0 expected 77,947 KV tokens where vLLM printed 50,045).
+
+Storage (format 2): releases share identical flag entries and value lists, so each release names them by
+index into one `shared` table; a release is expanded on first use.
 """
 
 from __future__ import annotations
@@ -160,34 +164,91 @@ def _info(name: str, data: dict[str, Any], negated: bool) -> FlagInfo:
     )
 
 
+REGENERATE = ".venv/bin/python scripts/gen_flag_catalog.py"
+
+
 @functools.lru_cache(maxsize=1)
 def _catalog() -> dict[str, Any]:
     text = resources.files("vllm_fleet").joinpath("data/flags.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 
+def release_key(text: str) -> tuple[int, ...]:
+    """Every release number (0.10.1.1 is not 0.10.1), padded to three; local part and pre-release dropped."""
+    try:
+        numbers = Version(str(text).strip()).release
+    except InvalidVersion:
+        parse_version(text)  # raises the message that names the input
+        raise
+    return (*numbers, 0, 0)[: max(3, len(numbers))]
+
+
+@functools.lru_cache(maxsize=1)
 def catalogued_versions() -> list[str]:
-    return sorted(_catalog()["releases"], key=parse_version)
+    return sorted(_catalog()["releases"], key=release_key)
 
 
-def release(version: str, exact: bool = False) -> Release:
-    """The catalog entry for `version`: that release, or the nearest catalogued one below it."""
-    wanted = parse_version(version)
+def package_index() -> dict[str, Any]:
+    """The package index's release list when the catalog was generated (`pip index versions vllm`)."""
+    return dict(_catalog()["package_index"])
+
+
+def catalogued(version: str) -> str | None:
+    """The catalog's name of `version` (`0.32.0+cpu`, `v0.32`, `0.32.0` -> `0.32.0`), None when absent."""
+    wanted = release_key(version)
+    return next((v for v in catalogued_versions() if release_key(v) == wanted), None)
+
+
+def missing_release_message(version: str, variable: str = "vllm_install_version / --vllm-version") -> str:
     versions = catalogued_versions()
-    below = [v for v in versions if parse_version(v) <= wanted]
-    if not below or (exact and parse_version(below[-1]) != wanted):
-        raise FleetInputError(
-            f"vLLM version {version!r} is not in the flag catalog (it knows {', '.join(versions)}); "
-            "pick one of those, or regenerate it with scripts/gen_flag_catalog.py --versions ..."
-        )
-    data = _catalog()["releases"][below[-1]]
-    return Release(
-        version=below[-1],
-        flags=data["flags"],
-        values=data["values"],
-        json_keys=data["json_keys"],
-        offloading=data["offloading"],
+    as_of = package_index().get("as_of", "?")
+    return (
+        f"{variable}: vLLM {version!r} is not in the flag catalog, which holds {', '.join(versions)} "
+        f"(every release the package index listed from 0.10.0 on, as of {as_of}); its flags and KV-cache "
+        "formula are unknown, so nothing is planned for it. Set vllm_install_version (or --vllm-version) to "
+        f"one of those releases, or regenerate the catalog from the wheels: {REGENERATE}"
     )
+
+
+def release(version: str) -> Release:
+    """The catalog entry of exactly `version` (its local part and pre-release ignored); a release the catalog
+    does not hold raises FleetInputError with the fix."""
+    name = catalogued(version)
+    if name is None:
+        raise FleetInputError(missing_release_message(version))
+    return _expanded(name)
+
+
+@functools.cache
+def _expanded(name: str) -> Release:
+    catalog = _catalog()
+    shared = catalog["shared"]
+    data = catalog["releases"][name]
+    entries = [shared[i] for i in data["flags"]]
+    return Release(
+        version=name,
+        flags={e["option"]: {k: v for k, v in e.items() if k != "option"} for e in entries},
+        values={kind: shared[i] for kind, i in data["values"].items()},
+        json_keys={kind: shared[i] for kind, i in data["json_keys"].items()},
+        offloading=shared[data["offloading"]],
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def flag_entries() -> tuple[dict[str, Any], ...]:
+    """Every distinct flag entry of any catalogued release (`option` plus its data), without expanding the
+    releases: what asks "in any release" reads this."""
+    return tuple(item for item in _catalog()["shared"] if isinstance(item, dict) and "dest" in item)
+
+
+@functools.lru_cache(maxsize=1)
+def options_in_any_release() -> frozenset[str]:
+    """Every option string, negation included, that some catalogued release accepts."""
+    names: set[str] = set()
+    for entry in flag_entries():
+        names.add(entry["option"])
+        names.update(entry["negations"])
+    return frozenset(names)
 
 
 def history(option: str) -> list[str]:

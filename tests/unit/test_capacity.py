@@ -68,6 +68,7 @@ def test_seed_figures_exactly() -> None:
         kv_bytes_per_gpu=parse_size("10737418240"),
         max_num_batched_tokens=8192,
         avg_input_len=32_768,
+        vllm_version="0.32.0",
     )
     assert plan.kv_bytes_per_token == 131_072  # 64 x 2 x 8 x 128 x 1 B
     assert plan.kv_bytes_per_token_per_gpu == 32_768  # 2 KV heads per GPU at TP4
@@ -208,6 +209,7 @@ def test_qwen3_14b_figures_of_design() -> None:
         kv_cache_dtype="auto",
         max_model_len=40_960,
         kv_bytes_per_gpu=parse_size("6.51GiB"),
+        vllm_version="0.32.0",  # 16-token blocks (0.34.0's default is 64)
     )
     assert plan.kv_bytes_per_token == 163_840
     assert plan.gpu_kv_tokens == 42_656
@@ -216,12 +218,9 @@ def test_qwen3_14b_figures_of_design() -> None:
 def test_mla_deepseek_v2_lite_latent_cache_is_not_split_by_tp() -> None:
     shape = KvShape.from_model_config(model("deepseek-v2-lite-chat"))
     assert shape.is_mla and shape.kv_heads_per_rank(8) == 1
-    one = plan_capacity(
-        shape, tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=32_768, kv_bytes_per_gpu=8 * GiB
-    )
-    two = plan_capacity(
-        shape, tensor_parallel_size=2, kv_cache_dtype="fp8", max_model_len=32_768, kv_bytes_per_gpu=8 * GiB
-    )
+    common: dict[str, Any] = {"max_model_len": 32_768, "kv_bytes_per_gpu": 8 * GiB, "vllm_version": "0.32.0"}
+    one = plan_capacity(shape, tensor_parallel_size=1, kv_cache_dtype="auto", **common)
+    two = plan_capacity(shape, tensor_parallel_size=2, kv_cache_dtype="fp8", **common)
     assert one.kv_bytes_per_token == one.kv_bytes_per_token_per_gpu == 27 * (512 + 64) * 2 == 31_104
     assert two.kv_bytes_per_token_per_gpu == 27 * 576
     assert one.num_gpu_blocks == 8 * GiB // (16 * 31_104)
@@ -244,6 +243,7 @@ def test_sliding_window_gpt_oss_keeps_a_window_per_request() -> None:
         max_model_len=131_072,
         kv_bytes_per_gpu=16 * GiB,
         max_num_batched_tokens=8192,
+        vllm_version="0.26.0",
     )
     plan = plan_capacity(shape, **common)
     assert plan.kv_bytes_per_token == 36 * 2 * 8 * 64 * 2
@@ -253,11 +253,9 @@ def test_sliding_window_gpt_oss_keeps_a_window_per_request() -> None:
     # in flight (vLLM 0.26 `max_in_flight_tokens`), cdiv(128 - 1 + 2 * 8192, 16) + 1 blocks.
     assert plan.blocks_per_request == 8192 + 1033
     assert plan.gpu_kv_tokens == int(plan.num_gpu_blocks / 9225 * 131_072)
-    older = plan_capacity(shape, vllm_version="0.25.0", **common)
+    older = plan_capacity(shape, **{**common, "vllm_version": "0.25.0"})
     assert older.blocks_per_request == 8192 + 521  # one batch: cdiv(128 - 1 + 8192, 16) + 1
-    assumed = plan_capacity(
-        shape, tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=131_072, kv_bytes_per_gpu=16 * GiB
-    )
+    assumed = plan_capacity(shape, **{**common, "max_num_batched_tokens": None})
     assert any("assumed 8192" in w for w in assumed.warnings)
 
 
@@ -265,7 +263,12 @@ def test_qwen3_next_hybrid_shape_and_kv_head_replication() -> None:
     shape = KvShape.from_model_config(model("qwen3-coder-next"))
     assert (shape.full_attention_layers, shape.linear_attention_layers) == (12, 36)
     plan = plan_capacity(
-        shape, tensor_parallel_size=4, kv_cache_dtype="auto", max_model_len=262_144, kv_bytes_per_gpu=20 * GiB
+        shape,
+        tensor_parallel_size=4,
+        kv_cache_dtype="auto",
+        max_model_len=262_144,
+        kv_bytes_per_gpu=20 * GiB,
+        vllm_version="0.32.0",
     )
     assert plan.kv_heads_per_gpu == 1  # 2 KV heads over 4 GPUs: replicated, not split
     assert plan.kv_bytes_per_token_per_gpu == 12 * 2 * 1 * 256 * 2

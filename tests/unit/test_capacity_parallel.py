@@ -44,7 +44,11 @@ def test_explicit_partition_and_its_errors() -> None:
 def test_pp_pool_is_the_largest_stage_s() -> None:
     """DeepSeek-V2-Lite (27 MLA layers, 576 latent values x 2 B): 14 layers on stage 0 at TP 2 x PP 2."""
     common = dict(
-        tensor_parallel_size=2, kv_cache_dtype="auto", max_model_len=32768, kv_bytes_per_gpu=20 * GIB
+        tensor_parallel_size=2,
+        kv_cache_dtype="auto",
+        max_model_len=32768,
+        kv_bytes_per_gpu=20 * GIB,
+        vllm_version="0.32.0",  # pipeline parallelism reproduced on 0.32.0 (lab-cpu-vllm-0.32.0-pp)
     )
     one = plan_capacity(config("deepseek-v2-lite-chat"), **common)
     two = plan_capacity(config("deepseek-v2-lite-chat"), pipeline_parallel_size=2, **common)
@@ -58,7 +62,11 @@ def test_pp_pool_is_the_largest_stage_s() -> None:
 def test_dcp_shards_tokens_of_full_attention() -> None:
     """MLA at TP 8 with DCP 8: each rank keeps 1/8 of every request's latent cache."""
     common = dict(
-        tensor_parallel_size=8, kv_cache_dtype="auto", max_model_len=32768, kv_bytes_per_gpu=20 * GIB
+        tensor_parallel_size=8,
+        kv_cache_dtype="auto",
+        max_model_len=32768,
+        kv_bytes_per_gpu=20 * GIB,
+        vllm_version="0.32.0",
     )
     plain = plan_capacity(config("deepseek-v2-lite-chat"), **common)
     dcp = plan_capacity(config("deepseek-v2-lite-chat"), decode_context_parallel_size=8, **common)
@@ -68,20 +76,32 @@ def test_dcp_shards_tokens_of_full_attention() -> None:
 
 
 def test_exact_and_approximate_verdicts() -> None:
+    """Exact only where a real log of the release reproduces every feature (plan.proven.PROVEN)."""
     common = dict(
         tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=32768, kv_bytes_per_gpu=20 * GIB
     )
-    assert plan_capacity(config("llama-3.1-8b"), **common).exact
+    assert plan_capacity(config("llama-3.1-8b"), vllm_version="0.32.0", **common).exact
+    newest = plan_capacity(config("llama-3.1-8b"), vllm_version="0.34.0", **common)
+    assert not newest.exact
+    assert newest.approximate_because == [
+        "full-attention layers: counted from vLLM's sources, no real log of vLLM 0.34.0 reproduced (real "
+        "logs reproduce 0.10.1-0.32.0)"
+    ]
     # gpt-oss (sliding window, sinks): reproduced on vLLM 0.26.0's real logs (test_capacity_families.py),
-    # approximate for the releases before it
-    assert plan_capacity(config("gpt-oss-120b"), max_num_batched_tokens=8192, **common).exact
-    oss = plan_capacity(config("gpt-oss-120b"), max_num_batched_tokens=8192, vllm_version="0.11.0", **common)
-    assert not oss.exact and any("sliding-window" in r for r in oss.approximate_because)
-    assert any("attention sinks" in r for r in oss.approximate_because)
-    old_pp = plan_capacity(config("llama-3.1-8b"), pipeline_parallel_size=2, vllm_version="0.15.2", **common)
-    assert not old_pp.exact and "not checked for 0.15.2" in old_pp.approximate_because[0]
+    # approximate for the releases before it (and, for the sinks, after it)
+    oss = dict(max_num_batched_tokens=8192, **common)
+    assert plan_capacity(config("gpt-oss-120b"), vllm_version="0.26.0", **oss).exact
+    old = plan_capacity(config("gpt-oss-120b"), vllm_version="0.11.0", **oss)
+    assert not old.exact and any("sliding-window" in r for r in old.approximate_because)
+    assert any("attention sinks" in r for r in old.approximate_because)
+    old_pp = plan_capacity(config("llama-3.1-8b"), pipeline_parallel_size=2, vllm_version="0.15.1", **common)
+    assert not old_pp.exact
+    assert old_pp.approximate_because == [
+        "pipeline parallelism (the largest stage's pool): counted from vLLM's sources, no real log of vLLM "
+        "0.15.1 reproduced (real logs reproduce 0.32.0)"
+    ]
     assert plan_capacity(
-        config("llama-3.1-8b"), pipeline_parallel_size=2, vllm_version="0.26.0", **common
+        config("llama-3.1-8b"), pipeline_parallel_size=2, vllm_version="0.32.0", **common
     ).exact
 
 
@@ -107,11 +127,16 @@ def test_mamba2_hybrid_is_sized_and_approximate() -> None:
     conv (conv_dim / TP x (d_conv - 1)) + ssm (heads / TP x head_dim x d_state), vLLM's mamba2_state_shape."""
     cfg = GRANITE_H_SHAPED
     plan = plan_capacity(
-        cfg, tensor_parallel_size=1, kv_cache_dtype="auto", max_model_len=8192, kv_bytes_per_gpu=GIB
+        cfg,
+        tensor_parallel_size=1,
+        kv_cache_dtype="auto",
+        max_model_len=8192,
+        kv_bytes_per_gpu=GIB,
+        vllm_version="0.26.0",
     )
     conv = (128 * 64 + 2 * 1 * 128) * 3 * 2
     ssm = 128 * 64 * 128 * 2
-    assert plan.linear_state_bytes_per_request_per_gpu == 3 * (conv + ssm) * 2  # align mode: 2 blocks
+    assert plan.linear_state_bytes_per_request_per_gpu == 3 * (conv + ssm)  # 0.26.0, no prefix caching: 1
     assert plan.exact  # Mamba-2 reproduced on vLLM 0.26.0's real logs (test_capacity_families.py)
     older = plan_capacity(
         cfg,

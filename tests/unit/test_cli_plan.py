@@ -29,7 +29,7 @@ def test_seed_numbers_from_the_console_script(tmp_path: Path) -> None:
     done = run(
         "--model-config", str(seed), "--tensor-parallel-size", "4", "--kv-cache-memory-bytes", "10737418240",
         "--kv-cache-dtype", "fp8_e4m3", "--max-model-len", "750000", "--max-num-batched-tokens", "8192",
-        "--avg-input-len", "32768", "--json",
+        "--avg-input-len", "32768", "--vllm-version", "0.32.0", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
@@ -79,7 +79,7 @@ def test_config_pasted_inside_other_text(tmp_path: Path) -> None:
     done = run(
         "--model-config", str(pasted), "-tp", "1", "--kv-bytes-per-gpu", "6.51GiB",
         "--kv-cache-dtype", "auto",
-        "--max-model-len", "40960", "--json",
+        "--max-model-len", "40960", "--vllm-version", "0.32.0", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["gpu_kv_tokens"] == 42_656

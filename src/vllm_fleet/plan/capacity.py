@@ -4,10 +4,11 @@ Public API (the `plan` command and the verify role use it; keep it stable):
 
     KvShape.from_model_config(config: dict) -> KvShape
     plan_capacity(model_config, *, tensor_parallel_size, kv_cache_dtype, max_model_len, kv_bytes_per_gpu,
-                  block_size=16, max_num_batched_tokens=None, avg_input_len=None, vllm_version=None,
+                  block_size=None, max_num_batched_tokens=None, avg_input_len=None, vllm_version=None,
                   num_speculative_tokens=0, mamba_cache_mode=None, enable_prefix_caching=None, device="GPU",
-                  dtype=None)
-        -> CapacityPlan
+                  dtype=None, pipeline_parallel_size=1, decode_context_parallel_size=1,
+                  pp_layer_partition=None, env=None)
+        -> CapacityPlan          # the one capacity function: every path calls it (issue 34)
     default_mamba_cache_mode(enable_prefix_caching, vllm_version, architectures) -> str
     CapacityPlan.to_dict()   # the JSON of `vllm-fleet plan --json` (DESIGN §4)
 
@@ -32,13 +33,18 @@ How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_ca
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.plan import kv_manager, proven
+from vllm_fleet.plan.kv_manager import default_mamba_cache_mode
 from vllm_fleet.plan.model import NON_ATTENTION_KINDS, ModelInfo, check_heads
 from vllm_fleet.plan.model import _int as _int
+from vllm_fleet.plan.state import MODEL_DTYPE_BYTES as _MODEL_DTYPE_BYTES
+from vllm_fleet.plan.state import LinearAttentionState, MambaState, linear_state
 from vllm_fleet.sizes import format_bytes, format_count
 
 # Every value vLLM 0.33 accepts (vllm-facts §1); only some can be sized here.
@@ -69,80 +75,11 @@ VALID_KV_CACHE_DTYPES = (
 _KV_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 # vLLM's fp8_ds_mla page per token and layer: 512 fp8 latent values, 4 float32 scales, 64 bf16 rope values.
 _FP8_DS_MLA_BYTES_PER_TOKEN = 656
-_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 _DEFAULT_ASSUMED_BATCHED_TOKENS = 8192
 # The attention kernels' block alignment that vLLM uses when it enlarges blocks for hybrid models.
 _HYBRID_BLOCK_ALIGNMENT = 16
-# The architectures that declare SupportsMambaPrefixCaching (vLLM 0.26.0's model_executor/models/: falcon_h1,
-# granitemoehybrid, jamba, mamba, mamba2, nemotron_h, zamba2): with prefix caching on, releases before 0.28.0
-# give them mamba_cache_mode "all", every other hybrid "align".
-_MAMBA_PREFIX_CACHING_ARCHITECTURES = frozenset(
-    {
-        "FalconH1ForCausalLM",
-        "GraniteMoeHybridForCausalLM",
-        "JambaForCausalLM",
-        "MambaForCausalLM",
-        "Mamba2ForCausalLM",
-        "NemotronHForCausalLM",
-        "Zamba2ForCausalLM",
-    }
-)
 _MAMBA_CACHE_MODES = ("none", "align", "all")
 # First release seen printing the group-aware token count (the v0.20.1 log of club-3090#91 matches it).
-
-
-@dataclass(frozen=True)
-class LinearAttentionState:
-    """Shape of one Gated-DeltaNet layer's recurrent state (Qwen3-Next, Qwen3.5), or of a KDA layer's."""
-
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-    ssm_dtype: str | None
-    vllm_shape: str = "gated_delta_net_state_shape"  # the MambaStateShapeCalculator function it follows
-
-    def page_bytes(self, tensor_parallel_size: int, conv_bytes: int, num_speculative_tokens: int) -> int:
-        """Bytes of one layer's state on one GPU (`gated_delta_net_state_shape` in vLLM)."""
-        tp = tensor_parallel_size
-        conv_dim = self.key_head_dim * self.num_key_heads * 2 + self.value_head_dim * self.num_value_heads
-        conv = (conv_dim // tp) * (self.conv_kernel - 1 + num_speculative_tokens) * conv_bytes
-        ssm_bytes = _MODEL_DTYPE_BYTES.get(self.ssm_dtype or "", conv_bytes)
-        temporal = (self.num_value_heads // tp) * self.key_head_dim * self.value_head_dim * ssm_bytes
-        return conv + temporal
-
-
-@dataclass(frozen=True)
-class MambaState:
-    """One Mamba layer's state (`MambaStateShapeCalculator.mamba2_state_shape` / `mamba1_state_shape`)."""
-
-    kind: str  # mamba2 | mamba1
-    num_heads: int
-    head_dim: int
-    state_size: int
-    n_groups: int
-    conv_kernel: int
-    intermediate_size: int
-    ssm_dtype: str | None
-
-    @property
-    def vllm_shape(self) -> str:
-        return f"{self.kind}_state_shape"
-
-    def page_bytes(self, tensor_parallel_size: int, conv_bytes: int, num_speculative_tokens: int) -> int:
-        tp = tensor_parallel_size
-        ssm_bytes = _MODEL_DTYPE_BYTES.get(self.ssm_dtype or "", conv_bytes)
-        if self.kind == "mamba1":
-            conv = (
-                (self.intermediate_size // tp) * (self.conv_kernel - 1 + num_speculative_tokens) * conv_bytes
-            )
-            return conv + (self.intermediate_size // tp) * self.state_size * ssm_bytes
-        # n_groups that do not divide over TP are replicated so that every head's group is local.
-        groups = self.n_groups if self.n_groups % tp == 0 else self.n_groups + tp - self.n_groups
-        conv_dim = self.intermediate_size + 2 * groups * self.state_size
-        conv = (conv_dim // tp) * (self.conv_kernel - 1 + num_speculative_tokens) * conv_bytes
-        return conv + (self.num_heads // tp) * self.head_dim * self.state_size * ssm_bytes
 
 
 @dataclass(frozen=True)
@@ -169,6 +106,8 @@ class KvShape:
     attention_sinks: bool = False
     architectures: tuple[str, ...] = ()
     mamba_chunk_size: int | None = None  # Mamba-2 SSD chunk ("all" mode rounds the block size to it)
+    chunked_local_layers: int = 0  # Llama 4's chunked-local attention layers
+    attention_chunk_size: int | None = None
 
     @property
     def is_mla(self) -> bool:
@@ -176,7 +115,20 @@ class KvShape:
 
     @property
     def attention_layers(self) -> int:
-        return self.full_attention_layers + self.sliding_window_layers
+        return self.full_attention_layers + self.sliding_window_layers + self.chunked_local_layers
+
+    def as_full_attention(self) -> KvShape:
+        """The shape vLLM sizes with the hybrid KV-cache manager off: `unify_hybrid_kv_cache_specs` turns
+        every chunked-local layer into a full-attention one (beside full-attention layers)."""
+        if not self.chunked_local_layers or not self.full_attention_layers:
+            return self
+        kinds = tuple("full" if kind == "chunked" else kind for kind in self.layer_kinds)
+        return replace(
+            self,
+            full_attention_layers=self.full_attention_layers + self.chunked_local_layers,
+            chunked_local_layers=0,
+            layer_kinds=kinds,
+        )
 
     def kv_heads_per_rank(self, tensor_parallel_size: int) -> int:
         if self.is_mla:
@@ -195,96 +147,11 @@ class KvShape:
         return _shape_from_config(config, source)
 
 
-def _mamba2_state(info: ModelInfo, source: str) -> MambaState:
-    cfg = info.raw
-
-    def pick(*names: str, default: int | None = None) -> int:
-        return _int(cfg, names, source, default=default)
-
-    heads = pick("mamba_n_heads", "mamba_num_heads")
-    head_dim = pick("mamba_d_head", "mamba_head_dim")
-    return MambaState(
-        kind="mamba2",
-        num_heads=heads,
-        head_dim=head_dim,
-        state_size=pick("mamba_d_state", "ssm_state_size", "state_size"),
-        n_groups=pick("mamba_n_groups", "n_groups", default=1),
-        conv_kernel=pick("mamba_d_conv", "conv_kernel", default=4),
-        intermediate_size=heads * head_dim,
-        ssm_dtype=_mamba2_ssm_dtype(info),
-    )
-
-
-def _mamba2_ssm_dtype(info: ModelInfo) -> str | None:
-    """The SSM state's dtype: Nemotron-H keeps it in the config's `mamba_ssm_cache_dtype`, float32 when the
-    config names none (`NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype`, vLLM 0.26); other models
-    in the model dtype unless the config says otherwise."""
-    cfg = info.raw
-    if info.model_type == "nemotron_h":
-        named = cfg.get("mamba_ssm_cache_dtype")
-        return named if isinstance(named, str) and named != "auto" else "float32"
-    return cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None
-
-
-def _mamba1_state(info: ModelInfo, source: str) -> MambaState:
-    cfg = info.raw
-    hidden = info.hidden_size or 0
-    expand = cfg.get("mamba_expand", 2)
-    return MambaState(
-        kind="mamba1",
-        num_heads=0,
-        head_dim=0,
-        state_size=_int(cfg, ("mamba_d_state", "state_size"), source, default=16),
-        n_groups=0,
-        conv_kernel=_int(cfg, ("mamba_d_conv", "conv_kernel"), source, default=4),
-        intermediate_size=int(hidden * expand),
-        ssm_dtype=cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None,
-    )
-
-
-def _kda_state(info: ModelInfo, source: str) -> LinearAttentionState:
-    attn = info.raw.get("linear_attn_config") or {}
-    heads = _int(attn, ("num_heads",), source + " linear_attn_config")
-    dim = _int(attn, ("head_dim",), source + " linear_attn_config")
-    # KDA keeps q, k, v short-conv states and a (head_dim x head_dim) state per head, like Gated DeltaNet
-    # with as many key as value heads.
-    return LinearAttentionState(
-        num_key_heads=heads,
-        num_value_heads=heads,
-        key_head_dim=dim,
-        value_head_dim=dim,
-        conv_kernel=_int(attn, ("short_conv_kernel_size",), source + " linear_attn_config", default=4),
-        # the recurrent state is always float32 (`MambaStateDtypeCalculator.kda_state_dtype`, vLLM 0.26)
-        ssm_dtype="float32",
-        vllm_shape="kda_state_shape",
-    )
-
-
 def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
     info = ModelInfo.from_config(config, source)
     cfg = info.raw
     kinds = info.layer_kinds
-    linear: LinearAttentionState | MambaState | None = None
-    if "linear" in kinds:
-        linear = LinearAttentionState(
-            num_key_heads=_int(cfg, ("linear_num_key_heads",), source),
-            num_value_heads=_int(cfg, ("linear_num_value_heads",), source),
-            key_head_dim=_int(cfg, ("linear_key_head_dim",), source),
-            value_head_dim=_int(cfg, ("linear_value_head_dim",), source),
-            conv_kernel=_int(cfg, ("linear_conv_kernel_dim", "conv_kernel"), source, default=4),
-            ssm_dtype=cfg.get("mamba_ssm_dtype") if isinstance(cfg.get("mamba_ssm_dtype"), str) else None,
-        )
-    elif "mamba" in kinds:
-        linear = _mamba2_state(info, source)
-    elif "mamba1" in kinds:
-        linear = _mamba1_state(info, source)
-    elif "kda" in kinds:
-        linear = _kda_state(info, source)
-    elif "short_conv" in kinds:
-        raise FleetInputError(
-            f"{source}: layer_types has short-conv layers (LFM2), which the planner does not size; "
-            "check the real log with `vllm-fleet logcheck`"
-        )
+    linear = linear_state(info, source)
     return KvShape(
         model_type=info.model_type,
         num_layers=info.num_layers,
@@ -310,28 +177,9 @@ def _shape_from_config(config: dict[str, Any], source: str) -> KvShape:
             if isinstance(linear, MambaState)
             else None
         ),
+        chunked_local_layers=info.count("chunked"),
+        attention_chunk_size=info.attention_chunk_size,
     )
-
-
-def default_mamba_cache_mode(
-    enable_prefix_caching: bool | None, vllm_version: str | None, architectures: tuple[str, ...] = ()
-) -> str:
-    """The `mamba_cache_mode` vLLM settles on for a hybrid model when `--mamba-cache-mode` is not given.
-
-    `enable_prefix_caching` None means the user left it unset: vLLM's `_set_default_chunked_prefill_and_
-    prefix_caching_args` then leaves it off for hybrids before 0.28.0 (0.26.0: "keep it opt-in"; the H200
-    log's cache_config_info says enable_prefix_caching="False", mamba_cache_mode="none") and on from 0.28.0
-    (vLLM PR #50991). `MambaModelConfig.verify_and_update_config` turns prefix caching into "all" for the
-    architectures that support it before 0.28.0, into "align" otherwise."""
-    if enable_prefix_caching is None:
-        enable_prefix_caching = flags.supports(vllm_version, "hybrid_prefix_caching_by_default")
-    if not enable_prefix_caching:
-        return "none"
-    if not flags.supports(vllm_version, "hybrid_prefix_caching_by_default") and (
-        _MAMBA_PREFIX_CACHING_ARCHITECTURES & set(architectures)
-    ):
-        return "all"
-    return "align"
 
 
 def _kv_dtype_bytes(kv_cache_dtype: str, shape: KvShape, model_dtype: str) -> int:
@@ -423,6 +271,7 @@ def _groups(shape: KvShape) -> tuple[int, list[_Group]]:
         for kind, number in (
             ("full", shape.full_attention_layers),
             ("sliding", shape.sliding_window_layers),
+            ("chunked", shape.chunked_local_layers),
             ("linear", shape.linear_attention_layers),
         )
         if number > 0
@@ -444,6 +293,11 @@ def _blocks_for(
     if group.kind == "sliding":
         window = shape.sliding_window or tokens
         return math.ceil(min(window - 1 + batched, tokens) / block_size) + 1
+    if group.kind == "chunked":
+        # ChunkedLocalAttentionSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py, 0.12.0): at most
+        # one chunk of computed tokens plus the newly scheduled ones, no spare block
+        chunk = shape.attention_chunk_size or tokens
+        return math.ceil(min(chunk + batched, tokens) / block_size)
     return state_blocks
 
 
@@ -486,72 +340,32 @@ def _largest_stage_group(shape: KvShape, stages: list[int], group_size: int, gro
     return largest
 
 
-# Counting checked against real logs (tests/unit/test_capacity.py) or read from vLLM 0.26's source.
-_EXACT_KINDS = frozenset({"full", "linear"})
-# The release whose pipeline / decode-context-parallel KV accounting was read in its sources (not a behaviour
-# change of vLLM: older releases are said to be approximate).
-_PARALLEL_READ_IN = "0.26.0"
 # The release whose sliding-window reservation (`max_in_flight_tokens`) was read in its source and reproduced
 # on real logs (tests/fixtures/gpu-h200-vllm-0.26.0-families: gpt-oss-20b and -120b).
 _IN_FLIGHT_BATCHES_FROM = "0.26.0"
 
 
-# The layer kinds whose counting reproduces real vLLM 0.26.0 logs of released configs exactly
-# (tests/unit/test_capacity_families.py: gpt-oss sliding window + sinks, Nemotron-H / Granite-4.0-H /
-# Falcon-H1 Mamba-2, Jamba Mamba-1, Kimi-Linear KDA); older releases stay approximate for them.
-_FAMILIES_REPRODUCED_IN = "0.26.0"
-_FAMILY_KINDS_REPRODUCED = frozenset({"sliding", "mamba", "mamba1", "kda"})
-# The layer kinds whose mix across pipeline stages is reproduced on real logs.
-_PP_STAGE_KINDS_REPRODUCED = frozenset({"full", "sliding"})
+def _older_than(vllm_version: str, release: str) -> bool:
+    return flags.release_key(vllm_version) < flags.release_key(release)
 
 
-def _older_than(vllm_version: str | None, release: str) -> bool:
-    return bool(vllm_version) and flags.parse_version(vllm_version) < flags.parse_version(release)
-
-
-def _approximate_because(shape: KvShape, vllm_version: str | None, pp: int, dcp: int) -> list[str]:
-    """Why this plan is not exact; empty when the family and layout are counted the way vLLM counts."""
-    reasons = []
-    kinds = set(shape.layer_kinds) or {"full"}
-    if _older_than(vllm_version, _FAMILIES_REPRODUCED_IN):
-        if shape.sliding_window_layers:
-            reasons.append(
-                "sliding-window layers: vLLM's window accounting of this release is not reproduced from real "
-                f"logs (it is for {_FAMILIES_REPRODUCED_IN})"
-            )
-        if shape.attention_sinks:
-            reasons.append(
-                f"attention sinks (gpt-oss): checked against real logs of {_FAMILIES_REPRODUCED_IN} only"
-            )
-        for kind in sorted(kinds - _EXACT_KINDS - {"sliding"}):
-            reasons.append(
-                f"{kind} layers: the state size follows vLLM's shape formula, reproduced on real logs of "
-                f"{_FAMILIES_REPRODUCED_IN} only"
-            )
-    else:
-        for kind in sorted(kinds - _EXACT_KINDS - _FAMILY_KINDS_REPRODUCED):
-            reasons.append(
-                f"{kind} layers: the state size follows vLLM's shape formula, no real log reproduced"
-            )
-    old = _older_than(vllm_version, _PARALLEL_READ_IN)
-    # stages mixing full and sliding-window layers are reproduced on real logs (CPU build of 0.32.0:
-    # tests/fixtures/lab-cpu-vllm-0.32.0-pp); stages holding Mamba / linear state are not
-    state_stages = len(kinds) > 1 and not kinds <= _PP_STAGE_KINDS_REPRODUCED
-    if pp > 1 and (old or state_stages):
-        reasons.append(
-            "pipeline parallelism: counted as vLLM 0.26 does (the largest stage)"
-            + (f", not checked for {vllm_version}" if old else "")
-            + (
-                "; stages with state layers (" + ", ".join(sorted(kinds - _PP_STAGE_KINDS_REPRODUCED)) + ")"
-                if state_stages
-                else ""
-            )
-        )
-    if dcp > 1 and old:
-        reasons.append(
-            f"decode context parallelism: counted as vLLM 0.26 does, not checked for {vllm_version}"
-        )
-    return reasons
+def _features(
+    shape: KvShape, pp: int, dcp: int, mamba_cache_mode: str, prefix_off_by_model: bool
+) -> list[str]:
+    """What the plan counts, in the terms of `proven.PROVEN`: the layer kinds and the ways of counting."""
+    kinds = list(dict.fromkeys(shape.layer_kinds or ("full",)))
+    features = ["chunked_local_hybrid" if kind == "chunked" else kind for kind in kinds]
+    if shape.attention_sinks:
+        features.append("attention_sinks")
+    if pp > 1:
+        features.append("pipeline")
+    if dcp > 1:
+        features.append("decode_context_parallel")
+    if shape.linear is not None and mamba_cache_mode == "all":
+        features.append("mamba_cache_all")
+    if prefix_off_by_model:
+        features.append("prefix_caching_off_by_model")
+    return features
 
 
 def _hybrid_block_size(
@@ -583,7 +397,7 @@ def plan_capacity(
     kv_cache_dtype: str,
     max_model_len: int,
     kv_bytes_per_gpu: int,
-    block_size: int = 16,
+    block_size: int | None = None,
     max_num_batched_tokens: int | None = None,
     avg_input_len: int | None = None,
     vllm_version: str | None = None,
@@ -595,8 +409,16 @@ def plan_capacity(
     pipeline_parallel_size: int = 1,
     decode_context_parallel_size: int = 1,
     pp_layer_partition: list[int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CapacityPlan:
-    """Plan one instance's KV cache. Every size is per GPU (per TP rank), as vLLM's flags are.
+    """Plan one instance's KV cache: the one capacity function (issue 34). `vllm-fleet plan`, render (and so
+    preflight, deploy's expectations and verify) and monitoring all get their figures from it, for the release
+    `vllm_install_version` installs (None: the newest catalogued), never a neighbour: a release missing from
+    the flag catalog raises FleetInputError with the fix. Every size is per GPU (per TP rank), as vLLM's
+    flags are.
+
+    `block_size` None: vLLM's default on `device` (CPU 128, GPU 16). `env`: the service's environment
+    (vllm_service_extra_env), for the variables that steer the KV-cache manager (kv_manager.py).
 
     `pipeline_parallel_size` splits the layers into stages the way `get_pp_indices` does (or as
     `pp_layer_partition`, VLLM_PP_LAYER_PARTITION, says); every stage gets `kv_bytes_per_gpu` and the pool
@@ -609,6 +431,13 @@ def plan_capacity(
     flag left unset), see `default_mamba_cache_mode`.
     """
     shape = model_config if isinstance(model_config, KvShape) else KvShape.from_model_config(model_config)
+    if vllm_version:
+        flags.parse_version(vllm_version, "--vllm-version")  # refuse what is no release, naming the input
+    release = flags.release(vllm_version or flags.newest_release()).version
+    block_note = ""
+    if block_size is None:
+        block_size, block_note = kv_manager.default_block_size(device, release)
+    env = dict(env or {})
     _require_positive("--tensor-parallel-size", tensor_parallel_size)
     _require_positive("--max-model-len", max_model_len)
     _require_positive("--kv-bytes-per-gpu", kv_bytes_per_gpu)
@@ -624,12 +453,23 @@ def plan_capacity(
             f"--mamba-cache-mode: {mamba_cache_mode!r} must be 'none', 'align' or 'all' (or left unset: "
             "vLLM's default for the release)"
         )
-    if vllm_version:
-        flags.parse_version(vllm_version, "--vllm-version")  # refuse what is no release, before planning
-    if mamba_cache_mode is None:
-        mamba_cache_mode = default_mamba_cache_mode(enable_prefix_caching, vllm_version, shape.architectures)
-    warnings: list[str] = []
+    warnings: list[str] = [block_note] if block_note else []
     notes = list(shape.notes)
+    hybrid_on, why = kv_manager.hybrid_manager(
+        release, chunked_local=bool(shape.chunked_local_layers), env=env
+    )
+    if why:
+        notes.append(why)
+    if not hybrid_on:
+        shape = shape.as_full_attention()
+    kept, why = kv_manager.prefix_caching_kept(
+        enable_prefix_caching, release, shape.architectures, hybrid=shape.linear is not None
+    )
+    prefix_off_by_model = kept is False and bool(enable_prefix_caching)
+    if why:
+        notes.append(why)
+    if mamba_cache_mode is None:
+        mamba_cache_mode = default_mamba_cache_mode(kept, release, shape.architectures)
     tp = tensor_parallel_size
 
     model_dtype = (dtype or shape.model_dtype).replace("torch.", "")
@@ -696,10 +536,11 @@ def plan_capacity(
     dcp = decode_context_parallel_size
 
     batched = max_num_batched_tokens
-    if shape.sliding_window_layers and batched is None:
+    if (shape.sliding_window_layers or shape.chunked_local_layers) and batched is None:
         batched = _DEFAULT_ASSUMED_BATCHED_TOKENS
         warnings.append(
-            f"sliding-window layers keep window-1+max_num_batched_tokens tokens; assumed {batched} "
+            f"sliding-window and chunked-local layers keep a window (chunk) plus max_num_batched_tokens "
+            f"tokens; assumed {batched} "
             "(give --max-num-batched-tokens)"
         )
 
@@ -707,7 +548,7 @@ def plan_capacity(
     # `max_in_flight_tokens` = max_concurrent_batches x max_num_batched_tokens (`VllmConfig`), 2 batches
     # with async scheduling (its default) and one stage, else one per pipeline stage. Older releases
     # counted one batch.
-    if batched is not None and not _older_than(vllm_version, _IN_FLIGHT_BATCHES_FROM):
+    if batched is not None and not _older_than(release, _IN_FLIGHT_BATCHES_FROM):
         batched *= 2 if pipeline_parallel_size == 1 else pipeline_parallel_size
 
     def blocks_needed(tokens: int) -> int:
@@ -726,7 +567,7 @@ def plan_capacity(
 
     per_request = blocks_needed(max_model_len)
     concurrency = num_blocks / per_request if per_request else 0.0
-    group_aware = flags.supports(vllm_version, "kv_group_aware_report")
+    group_aware = flags.supports(release, "kv_group_aware_report")
     num_groups = sum(group.count for group in groups)
     if group_aware:
         tokens = int(concurrency * max_model_len)
@@ -734,7 +575,7 @@ def plan_capacity(
     else:
         tokens = num_blocks // num_groups * effective_block
         formula = "num_blocks // kv_cache_groups * block_size (vLLM < 0.20.1)"
-        if not flags.supports(vllm_version, "max_concurrency_from_blocks"):
+        if not flags.supports(release, "max_concurrency_from_blocks"):
             concurrency = tokens / max_model_len
     fits = num_blocks >= per_request
 
@@ -770,17 +611,9 @@ def plan_capacity(
     if avg_input_len is not None:
         avg_concurrency = num_blocks / blocks_needed(avg_input_len)
 
-    approximate = _approximate_because(shape, vllm_version, pipeline_parallel_size, dcp)
-    if (
-        shape.linear is not None
-        and mamba_cache_mode == "all"
-        and _older_than(vllm_version, _FAMILIES_REPRODUCED_IN)
-    ):
-        # reproduced on 0.26.0 (Nemotron-3-Nano with prefix caching, tests/unit/test_capacity_families.py)
-        approximate.append(
-            f'mamba_cache_mode "all": counted as vLLM {_FAMILIES_REPRODUCED_IN} does, '
-            f"not checked for {vllm_version}"
-        )
+    approximate = proven.unproven(
+        _features(shape, pipeline_parallel_size, dcp, mamba_cache_mode, prefix_off_by_model), release
+    )
     if approximate:
         warnings.append("approximate: " + "; ".join(approximate))
     line = (

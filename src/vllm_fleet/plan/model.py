@@ -3,8 +3,9 @@
     ModelInfo.from_config(config: dict, source="model config") -> ModelInfo
 
 Multimodal wrappers nest the language model under `text_config` (or `llm_config` / `language_config`); its
-keys win over the top level. Layer kinds, one per layer: `full`, `sliding` (sliding-window or chunked-local
-attention), `linear` (Gated DeltaNet, Qwen3-Next / Qwen3.5), `mamba` (Mamba-2: Nemotron-H, Granite-4.0-H),
+keys win over the top level. Layer kinds, one per layer: `full`, `sliding` (sliding-window attention),
+`chunked` (chunked-local attention: Llama 4's RoPE layers), `linear` (Gated DeltaNet, Qwen3-Next /
+Qwen3.5), `mamba` (Mamba-2: Nemotron-H, Granite-4.0-H),
 `mamba1` (Jamba), `kda` (Kimi Delta Attention), `short_conv` (LFM2). Bad or missing fields raise a
 FleetInputError naming the field and the fix.
 """
@@ -24,7 +25,7 @@ _LAYER_TYPES = {
     "attention": "full",
     "global": "full",
     "sliding_attention": "sliding",
-    "chunked_attention": "sliding",
+    "chunked_attention": "chunked",
     "local": "sliding",
     "linear_attention": "linear",
     "gated_delta_net": "linear",
@@ -125,6 +126,11 @@ def _layer_kinds(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[tup
     if isinstance(interval, int) and interval > 0 and any(k.startswith("linear_") for k in cfg):
         notes.append(f"every {interval}th layer is full attention (full_attention_interval)")
         return tuple("full" if (i + 1) % interval == 0 else "linear" for i in range(num_layers)), notes
+    chunk = cfg.get("attention_chunk_size")
+    if isinstance(chunk, int) and chunk > 0 and str(cfg.get("model_type", "")).startswith("llama4"):
+        return _llama4_kinds(cfg, num_layers), [
+            "Llama 4: chunked-local attention, except the NoPE layers (no_rope_layers 0), which are global"
+        ]
     window = cfg.get("sliding_window")
     if isinstance(window, int) and window > 0 and cfg.get("use_sliding_window", True) is not False:
         every = cfg.get("sliding_window_pattern")
@@ -137,6 +143,18 @@ def _layer_kinds(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[tup
         notes.append(f"every layer uses a sliding window of {window}")
         return ("sliding",) * num_layers, notes
     return ("full",) * num_layers, notes
+
+
+def _llama4_kinds(cfg: dict[str, Any], num_layers: int) -> tuple[str, ...]:
+    """vLLM's llama4.py: a layer is chunked-local unless `no_rope_layers[i] == 0` (NoPE, global attention);
+    transformers' Llama4TextConfig fills an empty no_rope_layers with every no_rope_layer_interval-th (4)
+    layer NoPE."""
+    nope = cfg.get("no_rope_layers")
+    if not (isinstance(nope, list) and len(nope) == num_layers):
+        interval = cfg.get("no_rope_layer_interval")
+        interval = interval if isinstance(interval, int) and interval > 0 else 4
+        nope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    return tuple("full" if flag == 0 else "chunked" for flag in nope)
 
 
 def _position_limit(cfg: dict[str, Any]) -> int | None:
@@ -174,6 +192,7 @@ class ModelInfo:
     attention_sinks: bool  # gpt-oss: one learned sink per head (no per-token cache)
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)  # the merged text config
     notes: tuple[str, ...] = ()
+    attention_chunk_size: int | None = None  # chunked-local layers' chunk (Llama 4)
 
     @property
     def is_mla(self) -> bool:
@@ -216,8 +235,7 @@ class ModelInfo:
             kv_heads = 1
         kinds, notes = _layer_kinds(cfg, num_layers, source)
         window = cfg.get("sliding_window") if "sliding" in kinds else None
-        if "sliding" in kinds and cfg.get("attention_chunk_size") and not window:
-            window = cfg.get("attention_chunk_size")
+        chunk = cfg.get("attention_chunk_size") if "chunked" in kinds else None
         rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
         dtype = cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"
         arch = config.get("architectures") or cfg.get("architectures") or ()
@@ -242,6 +260,7 @@ class ModelInfo:
             attention_sinks=str(cfg.get("model_type", "")) == "gpt_oss",
             raw=cfg,
             notes=tuple(notes),
+            attention_chunk_size=chunk if isinstance(chunk, int) and chunk > 0 else None,
         )
 
 

@@ -257,11 +257,11 @@ def _option_owners() -> dict[str, tuple[str, str]]:
     owners: dict[str, tuple[str, str]] = {}
     owned = {flag: var for var, flags in VARIABLE_FLAGS.items() for flag in flags}
     owned.update(SECRET_FLAGS)
-    for version in flagcat.catalogued_versions():
-        for option, data in flagcat.release(version, exact=True).flags.items():
-            if option in owned:
-                for spelling in (option, *data["aliases"], *data["negations"]):
-                    owners[spelling] = (option, owned[option])
+    for data in flagcat.flag_entries():
+        option = data["option"]
+        if option in owned:
+            for spelling in (option, *data["aliases"], *data["negations"]):
+                owners[spelling] = (option, owned[option])
     for option, variable in owned.items():
         owners.setdefault(option, (option, variable))
     return owners
@@ -284,9 +284,7 @@ def owned_option(word: str) -> tuple[str, str] | None:
         # a short alias with its value attached: -O3 is -O 3, -tp2 is -tp 2
         attached = {owners[o] for o in owners if not o.startswith("--") and name.startswith(o)}
         return next(iter(attached)) if len(attached) == 1 else None
-    if any(
-        flagcat.release(v, exact=True).has(name) for v in flagcat.catalogued_versions()
-    ):
+    if name in flagcat.options_in_any_release():
         return None
     # argparse's allow_abbrev: a prefix of exactly one flag is that flag
     prefixed = {owners[o] for o in owners if o.startswith(name) and o.startswith("--")}

@@ -402,7 +402,7 @@ def validate_instance(
             errors.append(str(exc))
         else:
             errors += extra_args.parallel_errors(plan_args, name, tp)
-            _capacity_rules(spec, tp, release, model_config, errors, warnings, expectations, plan_args)
+            _capacity_rules(spec, tp, view, release, model_config, errors, warnings, expectations, plan_args)
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is not None:
         warnings.append(
             f"layout instance {name}: a CPU instance sizes its KV cache with VLLM_CPU_KVCACHE_SPACE, not "
@@ -515,6 +515,7 @@ def _offload_memory_rule(
 def _capacity_rules(
     spec: ServeSpec,
     tp: int,
+    view: dict[str, Any],
     release: flagcat.Release,
     model_config: dict[str, Any],
     errors: list[str],
@@ -554,10 +555,14 @@ def _capacity_rules(
             kv_bytes_per_gpu=spec.kv_cache_memory_bytes,
             max_num_batched_tokens=spec.max_num_batched_tokens,
             avg_input_len=spec.avg_input_len,
+            # the release vllm_install_version installs: flagcat.release is that release or an error
             vllm_version=release.version,
             num_speculative_tokens=spec.num_speculative_tokens,
             enable_prefix_caching=spec.enable_prefix_caching,  # unset: vLLM's default for the release
             dtype=spec.dtype,
+            device="CPU" if view["device"] == "cpu" else "GPU",  # the layout says cpu, gpu or cuda
+            # the unit's environment: the layout's, then vllm_service_extra_env (plan.build.instance_plan)
+            env={**view["env"], **spec.extra_env},
             # the serve flags without a variable that vllm_service_extra_args may carry (extra_args.py)
             **plan_args.capacity_args(),
         )
@@ -566,6 +571,8 @@ def _capacity_rules(
         return
     expectations["kv_cache_tokens"] = plan.gpu_kv_tokens
     expectations["max_concurrency"] = round(plan.max_concurrency, 2)
+    # False: no real log of this release reproduces the formula; verify warns on a difference, never fails
+    expectations["kv_capacity_exact"] = plan.exact
     expectations["capacity"] = plan.to_dict()
     if not plan.fits_on_gpu:
         offload = spec.kv_offload_cpu_bytes or 0
