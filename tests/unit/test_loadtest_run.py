@@ -41,7 +41,8 @@ def test_endpoint_of_the_real_plan() -> None:
 
 
 def test_the_run_against_one_instance() -> None:
-    run = plan_run(endpoints(), "load-1", VARS, "/tmp/lt")
+    run = plan_run(endpoints(), "load-1", {**VARS, "fleet_loadtest_name": "r1"}, "/tmp/lt/")
+    assert (run["name"], run["workdir"]) == ("r1", "/tmp/lt/r1")
     assert run["url"] == "http://10.203.60.10:8000"
     assert run["metrics"] == {"load-1/i0": "http://10.203.60.10:8000/metrics"}
     assert run["trace"] == (FIX / "healthy" / "workload.jsonl").read_text()
@@ -53,10 +54,10 @@ def test_the_run_against_one_instance() -> None:
         "exec timeout --signal=INT --kill-after=30 300 /opt/vllm-fleet/venv/bin/vllm bench serve"
     )
     for words in (
-        "--dataset-name timed_trace --dataset-path /tmp/lt/workload.jsonl --no-self-timed",
+        "--dataset-name timed_trace --dataset-path /tmp/lt/r1/workload.jsonl --no-self-timed",
         "--num-prompts 40 --max-concurrency 4",
         "--served-model-name tiny --tokenizer /srv/vllm-fleet-lab/models/tiny",
-        "--save-result --save-detailed --result-dir /tmp/lt --result-filename bench.json",
+        "--save-result --save-detailed --result-dir /tmp/lt/r1 --result-filename bench.json",
     ):
         assert words in command
     assert "--request-rate" not in command and "api-key" not in command.lower()

@@ -195,7 +195,7 @@ def plan_run(
     workdir: str,
 ) -> dict[str, Any]:
     """The run: its name, target URL, the /metrics to read (key -> URL), the trace file's text and the
-    script the client runs in `workdir`. Every variable is checked before anything runs."""
+    script the client runs in `<workdir>/<name>`. Every variable is checked before anything runs."""
     workload = workload_from_vars(variables)
     settings = settings_from_vars(variables)
     mine = [Endpoint(**e) for e in endpoints_by_host.get(client, [])]
@@ -207,6 +207,8 @@ def plan_run(
         loaded = [target]
     check_lengths(workload, loaded)
     url = settings.url or target.base_url
+    name = run_name(settings, workload)
+    workdir = f"{workdir.rstrip('/')}/{name}"
     argv = bench_argv(
         BenchTarget(url, target.served_model_name, target.model_path, target.vllm_bin),
         workload,
@@ -215,7 +217,7 @@ def plan_run(
     )
     key_file, key_variable = key_file_of(settings, target)
     return {
-        "name": run_name(settings, workload),
+        "name": name,
         "url": url,
         "client": client,
         "metrics": {e.key: f"{e.base_url}/metrics" for e in loaded},
