@@ -73,8 +73,8 @@ OWNED_ENV = {
 }
 
 # How long a stopping instance lets its requests in flight finish (seconds): a long request on the seed's
-# deployment (a 128k-token prompt's prefill, then thousands of output tokens at 20-50 tokens/s under load) runs
-# for minutes. vLLM exits as soon as nothing is in flight, so an idle instance does not wait for it.
+# deployment (a 128k-token prompt's prefill, then thousands of output tokens at 20-50 tokens/s under load)
+# runs for minutes. vLLM exits as soon as nothing is in flight, so an idle instance does not wait for it.
 DEFAULT_SHUTDOWN_TIMEOUT = 600
 
 # Offloading keys that look like top-level OffloadingConnector settings but belong to the `fs` tier.
