@@ -12,8 +12,8 @@ description:
     and vLLM's C(num_requests_running) and C(num_requests_waiting) are 0, at most O(timeout) seconds. A
     drain that times out is a warning, not a failure, and the restart goes on, since vLLM's
     C(--shutdown-timeout) finishes what is left.
-  - With O(state=ready) it sends C(state ready). A server the gateway does not have (a config generated without
-    it) changes nothing and returns RV(behind_gateway) false.
+  - With O(state=ready) it sends C(state ready). A server the gateway does not have (a config generated
+    without it) changes nothing and returns RV(behind_gateway) false.
   - Which server, what to wait for and the verdict come from C(vllm_fleet.gateway.drain); each poll is one
     command on the gateway host running that module's read script with the host's own python3.
 version_added: "0.1.0"

@@ -117,7 +117,7 @@ def test_the_short_sets_threshold_comes_from_its_planned_max_model_len(generated
     assert (short["max_model_len"], short["threshold_bytes"]) == (32768, 32768 * 4 // 2)
     assert (long["max_model_len"], long["threshold_bytes"]) == (750000, None)
     config = (out / "haproxy.cfg").read_text()
-    assert "    use_backend set_short if { req.body_size le 65536 }\n" in config
+    assert "    use_backend set_short if { req.body_size le 65536 } { nbsrv(set_short) gt 0 }\n" in config
     assert "    default_backend set_long\n" in config
 
 

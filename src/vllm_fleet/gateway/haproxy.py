@@ -12,6 +12,8 @@ Why these settings:
   listeners` lets a reload hand the listening sockets to the new process, so a reload drops no connection.
 - The API key never appears here: `"${VLLM_FLEET_GATEWAY_KEY}"` is expanded by HAProxy from its environment,
   which systemd reads from a 0600 file (roles/fleet_gateway).
+- A set whose servers are all out (drained for a restart, or failing their check) sends what fits it to the
+  next larger set (`nbsrv`), so a fleet with one instance per set still serves during a rollout.
 - `retry-on conn-failure empty-response` with `option redispatch`: a request that found an instance gone
   (refused, or closed before any answer) goes to another one; nothing is retried once an answer has started.
 - Server timeouts are inactivity timeouts: a non-streaming long generation sends nothing for minutes.
@@ -136,9 +138,12 @@ def frontend_lines(sets: Sequence[InstanceSet], settings: GatewaySettings) -> li
             f'    acl key_ok req.hdr(authorization) -m str "Bearer ${{{KEY_ENV}}}"',
             "    http-request deny deny_status 401 unless key_ok",
         ]
+    # the smallest set a body fits that has a server to take it: while a set's only instance is drained (a
+    # restart), what fits it goes to the next larger set instead of getting a 503
     for instance_set in sets[:-1]:
-        size = instance_set.threshold_bytes
-        lines.append(f"    use_backend {instance_set.backend} if {{ req.body_size le {size} }}")
+        size, backend = instance_set.threshold_bytes, instance_set.backend
+        fits, served = f"{{ req.body_size le {size} }}", f"{{ nbsrv({backend}) gt 0 }}"
+        lines.append(f"    use_backend {backend} if {fits} {served}")
     lines.append(f"    default_backend {sets[-1].backend}")
     return lines
 
