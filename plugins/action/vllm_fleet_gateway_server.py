@@ -64,8 +64,12 @@ class ActionModule(ActionBase):
             first = self._read(args, [target.command(args["state"])], "", task_vars)
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_gateway_server: {exc}") from exc
-        reply = first.replies[0].strip()
         result.update(backend=target.backend, server=target.server, state=args["state"])
+        if first.no_socket:
+            # no gateway installed yet (site.yml deploys the instances before the gateway): nothing to leave
+            result.update(changed=False, behind_gateway=False, verdict="no gateway running")
+            return result
+        reply = first.replies[0].strip()
         if reply.startswith(UNKNOWN_SERVER):
             # not behind this gateway (a config generated without it): vLLM's --shutdown-timeout still drains
             result.update(changed=False, behind_gateway=False, reply=reply, verdict="not behind the gateway")

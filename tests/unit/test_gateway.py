@@ -222,7 +222,11 @@ def test_drained_only_with_no_session_and_nothing_in_vllm() -> None:
     verdict = drain_verdict(row, busy_vllm, 1, 60)
     assert verdict.state == "waiting" and "vLLM has 2 running and 2 waiting" in verdict.reason
     unread = Read([], None, "URLError: refused")
-    assert "vLLM's /metrics not read (URLError: refused)" in drain_verdict(row, unread, 1, 60).reason
+    # the recorded row is DOWN (its check failed): an instance that does not answer holds nothing in flight
+    verdict = drain_verdict(row, unread, 1, 60)
+    assert (verdict.state, verdict.reason) == ("drained", "not serving (URLError: refused)")
+    up_row = type(row)(row.backend, row.server, "DRAIN", 0, 10)
+    assert "vLLM's /metrics not read (URLError: refused)" in drain_verdict(up_row, unread, 1, 60).reason
     verdict = drain_verdict(busy_row, idle, 60, 60)
     assert verdict.state == "timeout" and verdict.reason.startswith("not drained within 60 s")
 
@@ -255,7 +259,10 @@ def test_the_read_script_talks_to_a_real_runtime_socket(tmp_path: Path) -> None:
         assert server_row(read.replies[1], target) is not None
         argv = read_argv(sys.executable, str(sock), ["set server set_long/nope state ready"])
         read = parse_read(subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout)
-        assert read.replies[0].startswith("No such server")
+        assert read.replies[0].startswith("No such server") and not read.no_socket
+        argv = read_argv(sys.executable, str(tmp_path / "none.sock"), ["show stat"])
+        read = parse_read(subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout)
+        assert read.no_socket and read.replies == []
     finally:
         proc.terminate()
         proc.wait(10)

@@ -34,10 +34,10 @@ UNKNOWN_SERVER = ("No such server", "No such backend")
 # Runs on the gateway host with its own python3 (the library is not installed there): one runtime API command
 # per connection (HAProxy's non-interactive mode), then the instance's /metrics. Prints one JSON object.
 READ_SCRIPT = (
-    "import json, socket, sys, urllib.request\n"
+    "import json, os, socket, sys, urllib.request\n"
     "path, url, commands = sys.argv[1], sys.argv[2], sys.argv[3:]\n"
-    "out = {'replies': [], 'metrics': None, 'metrics_error': ''}\n"
-    "for command in commands:\n"
+    "out = {'replies': [], 'metrics': None, 'metrics_error': '', 'no_socket': not os.path.exists(path)}\n"
+    "for command in commands if not out['no_socket'] else []:\n"
     "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
     "    s.settimeout(10)\n"
     "    s.connect(path)\n"
@@ -89,12 +89,18 @@ class Read:
     replies: list[str]
     metrics: str | None
     metrics_error: str
+    no_socket: bool = False  # no HAProxy there yet (the first deploy comes before the gateway's)
 
 
 def parse_read(stdout: str) -> Read:
     try:
         data = json.loads(stdout.strip().splitlines()[-1])
-        return Read(list(data["replies"]), data.get("metrics"), str(data.get("metrics_error") or ""))
+        return Read(
+            list(data["replies"]),
+            data.get("metrics"),
+            str(data.get("metrics_error") or ""),
+            bool(data.get("no_socket")),
+        )
     except (IndexError, ValueError, KeyError, TypeError) as exc:
         raise FleetInputError(f"gateway read: not the read script's JSON ({exc}): {stdout[-300:]!r}") from exc
 
@@ -175,6 +181,10 @@ def drain_verdict(row: StatRow | None, read: Read, waited_s: float, timeout_s: f
     running, waiting = vllm_in_flight(read.metrics)
     if row is not None and scur == 0 and running == 0 and waiting == 0:
         return Verdict("drained", "no session at the gateway, nothing running or waiting in vLLM", 0, 0, 0)
+    if row is not None and scur == 0 and read.metrics is None and row.status.startswith("DOWN"):
+        # the gateway's check fails and the API does not answer: the instance is not serving (not started
+        # yet, or crashed), so nothing is in flight there
+        return Verdict("drained", f"not serving ({read.metrics_error or 'no /metrics'})", 0, None, None)
     if row is None:
         why = "the gateway does not show the server"
     elif scur:
