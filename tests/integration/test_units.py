@@ -141,6 +141,26 @@ def test_every_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, name:
         assert f"{MARKER_KEY}={inst.name}" in files.unit_text
 
 
+@pytest.mark.parametrize(
+    ("version", "flag", "stop"), [("0.26.0", ["--shutdown-timeout", "600"], 660), ("0.14.0", [], 120)]
+)
+def test_the_drain_and_the_stop_wait_pass_systemd_analyze_verify(
+    tmp_path: Path, version: str, flag: list[str], stop: int
+) -> None:
+    """--shutdown-timeout only where the release has it, TimeoutStopSec past it; both verify clean."""
+    root = scratch_root(tmp_path)
+    for inst in instance_plans("h200x2-tp2", version):
+        files = instance_files(
+            inst, options=ServiceOptions(), secret_env={"VLLM_API_KEY": "sk-test-not-a-real-key"}
+        )
+        assert verify(root, files) == "", files.unit_text
+        argv = files.plan["argv"]
+        assert (
+            argv[argv.index("--shutdown-timeout") :][:2] == flag if flag else "--shutdown-timeout" not in argv
+        )
+        assert f"\nTimeoutStopSec={stop}\n" in files.unit_text
+
+
 def test_the_check_can_fail(tmp_path: Path) -> None:
     """A misspelt directive makes systemd-analyze print a warning (still exit 0): the check sees it."""
     (inst,) = instance_plans("cpu-only")

@@ -98,3 +98,49 @@ def test_flags_check_command_on_the_seed(capsys):
     result = json.loads(out)
     assert code == 1
     assert len(result["errors"]) == 4
+
+
+def _unit_lines(text: str, *prefixes: str) -> list[str]:
+    return [line.strip(" \\") for line in text.splitlines() if line.strip().startswith(prefixes)]
+
+
+def test_render_unit_for_0_26_drains_and_waits_longer_than_the_drain(capsys):
+    """vLLM 0.26.0 has --shutdown-timeout (catalog: since 0.19.0 among the sampled wheels): the unit's command
+    carries it, and systemd's stop wait exceeds it by the teardown margin."""
+    code, out, _ = _run(capsys, "render", "--vars", str(SEED_VARS), "--vllm-version", "0.26.0", "--unit")
+    assert code == 0, out
+    assert _unit_lines(out, "--shutdown-timeout") == ["--shutdown-timeout 600"]
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=660"]
+
+
+def test_render_unit_for_a_release_without_the_flag_gets_neither(capsys, tmp_path):
+    """0.14.0's parser has no --shutdown-timeout: no flag (vLLM would refuse it), and no longer wait."""
+    code, out, _ = _run(capsys, "render", "--vars", str(SEED_VARS), "--vllm-version", "0.14.0", "--unit")
+    assert "--shutdown-timeout" not in out
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=120"]
+    # an explicit value does not force the flag onto a release without it
+    variables = tmp_path / "vars.yml"
+    variables.write_text(
+        "vllm_service_model: /m\nvllm_service_host: 127.0.0.1\nvllm_service_shutdown_timeout: 30\n",
+        encoding="utf-8",
+    )
+    code, out, _ = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.14.0", "--unit")
+    assert code == 0 and "--shutdown-timeout" not in out
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=120"]
+    code, out, _ = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.32.0", "--unit")
+    assert _unit_lines(out, "--shutdown-timeout") == ["--shutdown-timeout 30"]
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=90"]
+
+
+def test_shutdown_timeout_zero_is_vllms_abort_and_a_negative_one_is_refused(capsys, tmp_path):
+    variables = tmp_path / "vars.yml"
+    variables.write_text(
+        "vllm_service_model: /m\nvllm_service_host: 127.0.0.1\nvllm_service_shutdown_timeout: 0\n",
+        encoding="utf-8",
+    )
+    code, out, _ = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.32.0", "--unit")
+    assert code == 0 and "--shutdown-timeout" not in out
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=120"]
+    variables.write_text("vllm_service_model: /m\nvllm_service_shutdown_timeout: -5\n", encoding="utf-8")
+    code, _, err = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.32.0")
+    assert code == 2 and "vllm_service_shutdown_timeout: -5" in err

@@ -27,7 +27,7 @@ NOT_IN_SPEC = {
 # A secret whose default is another secret: its spec default stays empty, because Ansible returns the spec,
 # its defaults templated, in the result of a failed validation (`argument_spec_data`), which is printed, and
 # no_log masks the given value only.
-SECRET_FROM_ANOTHER = {"vllm_verify": {"vllm_verify_api_key"}}
+SECRET_FROM_ANOTHER = {"vllm_verify": {"vllm_verify_api_key"}, "fleet_gateway": {"fleet_gateway_api_key"}}
 
 
 def _spec(role: str) -> dict:

@@ -10,6 +10,7 @@ change to one instance never touches another.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -74,6 +75,26 @@ WAIT_READY = (
     "        pass\n"
     "    time.sleep(2)\n"
 )
+
+
+# systemd's stop wait when vLLM does not drain (no --shutdown-timeout: it aborts what is in flight and exits).
+STOP_TIMEOUT = 120
+# What vLLM still does after its drain before the process is gone: engine, workers and API server teardown
+# (about 6 s on CPU, shared research fleet-serving §2.2; GPU teardown frees CUDA contexts and NCCL
+# communicators and is not measured), with room to spare.
+STOP_TEARDOWN_MARGIN = 60
+
+
+def stop_timeout(argv: list[str]) -> int:
+    """TimeoutStopSec of an instance: past vLLM's own drain (`--shutdown-timeout N` in the serve command)
+    plus teardown, else systemd's SIGKILL would cut the drain short; the plain wait without a drain.
+
+    Read from the argv the renderer made, so the wait follows exactly what vLLM will do: the flag is there
+    only for releases whose catalog has it (vllm_fleet.render.serve)."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--shutdown-timeout" and int(value) > 0:
+            return int(value) + STOP_TEARDOWN_MARGIN
+    return STOP_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -253,7 +274,8 @@ def unit_text(
             "exec", "ExecStartPost", options.python, "-c", WAIT_READY, health_url, variable="vllm_service"
         ),
         unit("TimeoutStartSec", options.start_timeout),
-        "TimeoutStopSec=120",
+        # Past vLLM's own drain of the requests in flight (--shutdown-timeout) and its teardown.
+        unit("TimeoutStopSec", stop_timeout(argv), variable="vllm_service_shutdown_timeout"),
         "Restart=on-failure",
         unit("RestartSec", options.restart_sec),
         # Pinned host buffers (the CPU KV tier) are locked memory.

@@ -55,6 +55,7 @@ VARIABLE_FLAGS: dict[str, tuple[str, ...]] = {
     "enable_prompt_tokens_details": ("--enable-prompt-tokens-details",),
     "host": ("--host",),
     "port": ("--port",),
+    "shutdown_timeout": ("--shutdown-timeout",),
     # never in argv at all: /proc/<pid>/cmdline, `systemctl status` and the 0644 unit would show it
     "api_key": ("--api-key",),
     # the layout's NUMA binding (gpu_topology.layout), not a variable
@@ -70,6 +71,11 @@ OWNED_ENV = {
     **dict.fromkeys(LAYOUT_ENV, "the layout (gpu_topology.layout; re-run the probe, or pick GPUs there)"),
     "VLLM_API_KEY": "vllm_service_api_key (written only to the 0600 EnvironmentFile)",
 }
+
+# How long a stopping instance lets its requests in flight finish (seconds): a long request on the seed's
+# deployment (a 128k-token prompt's prefill, then thousands of output tokens at 20-50 tokens/s under load)
+# runs for minutes. vLLM exits as soon as nothing is in flight, so an idle instance does not wait for it.
+DEFAULT_SHUTDOWN_TIMEOUT = 600
 
 # Offloading keys that look like top-level OffloadingConnector settings but belong to the `fs` tier.
 FS_TIER_KEYS = ("root_dir", "n_read_threads", "n_write_threads")
@@ -130,6 +136,9 @@ class ServeSpec:
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
     enable_prompt_tokens_details: bool = False
+    # SIGTERM drains in-flight requests for up to this long (--shutdown-timeout, vLLM >= 0.18; 0: vLLM's
+    # abort, its own default).
+    shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT
     host: str | None = None
     port: int | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -190,6 +199,7 @@ class ServeSpec:
             enable_prompt_tokens_details=bool(reader.bool_("enable_prompt_tokens_details")),
             host=reader.host(),
             port=reader.int_("port", minimum=1, maximum=65535),
+            shutdown_timeout=_or(reader.int_("shutdown_timeout", minimum=0), DEFAULT_SHUTDOWN_TIMEOUT),
             api_key=reader.secret("api_key"),
             allow_unauthenticated=bool(reader.bool_("allow_unauthenticated")),
             avg_input_len=reader.human_int("avg_input_len", minimum=1),
@@ -216,6 +226,10 @@ class ServeSpec:
     def num_speculative_tokens(self) -> int:
         value = self.speculative_config.get("num_speculative_tokens", 0)
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _check_offload_keys(spec: ServeSpec) -> None:

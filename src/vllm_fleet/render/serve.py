@@ -321,6 +321,10 @@ def _serve_flags(
         argv.add("--enable-auto-tool-choice", variable=v + "enable_auto_tool_choice")
     if spec.enable_prompt_tokens_details:
         argv.add("--enable-prompt-tokens-details", variable=v + "enable_prompt_tokens_details")
+    # A release without the flag aborts every request in flight on SIGTERM whatever is set: the gateway's
+    # drain is then the only protection, and the unit keeps systemd's shorter stop wait (deploy.service).
+    if spec.shutdown_timeout and release.has("--shutdown-timeout"):
+        argv.add("--shutdown-timeout", spec.shutdown_timeout, variable=v + "shutdown_timeout")
     if spec.host:
         argv.add("--host", spec.host, variable=v + "host")
     if view["port"]:

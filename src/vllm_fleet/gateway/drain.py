@@ -1,0 +1,198 @@
+"""Draining one instance at the gateway before it restarts, and putting it back: HAProxy's runtime API.
+
+    drain_target(plan, set, host_address, gateway_host) -> Target  the backend, server and /metrics URL
+    read_argv(python, socket, commands, metrics_url) -> argv       one read on the gateway host
+    server_row(show_stat, target) -> StatRow | None                that server's row of `show stat`
+    drain_verdict(row, read, waited_s, timeout_s) -> Verdict       waiting, drained or timeout
+
+The drain is done when the gateway shows no session to the server (scur 0) AND vLLM's own gauges
+`vllm:num_requests_running` + `vllm:num_requests_waiting` are 0: HAProxy's sessions end when a response ends,
+but vLLM may still hold requests another client sent it directly. The gauges are read before SIGTERM, while
+the API server still answers /metrics reliably (during vLLM's own drain /metrics failed 5 polls of 6, shared
+research fleet-serving §2.2). A drain that times out is reported and the restart goes on: `--shutdown-timeout`
+lets vLLM finish what is left (the second line of defence).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vllm_fleet.errors import FleetInputError
+from vllm_fleet.gateway.sets import Server, check_set_name, server_of
+from vllm_fleet.plan.host import InstancePlan
+from vllm_fleet.verify.metrics import metric_total, parse_prometheus
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+# What the runtime API answers when the gateway has no such server (a stale config, or a host outside it).
+UNKNOWN_SERVER = ("No such server", "No such backend")
+
+# Runs on the gateway host with its own python3 (the library is not installed there): one runtime API command
+# per connection (HAProxy's non-interactive mode), then the instance's /metrics. Prints one JSON object.
+READ_SCRIPT = (
+    "import json, os, socket, sys, urllib.request\n"
+    "path, url, commands = sys.argv[1], sys.argv[2], sys.argv[3:]\n"
+    "out = {'replies': [], 'metrics': None, 'metrics_error': '', 'no_socket': not os.path.exists(path)}\n"
+    "for command in commands if not out['no_socket'] else []:\n"
+    "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "    s.settimeout(10)\n"
+    "    s.connect(path)\n"
+    "    s.sendall(command.encode() + b'\\n')\n"
+    "    chunks = []\n"
+    "    while True:\n"
+    "        chunk = s.recv(65536)\n"
+    "        if not chunk:\n"
+    "            break\n"
+    "        chunks.append(chunk)\n"
+    "    s.close()\n"
+    "    out['replies'].append(b''.join(chunks).decode(errors='replace'))\n"
+    "if url:\n"
+    "    try:\n"
+    "        out['metrics'] = urllib.request.urlopen(url, timeout=5).read().decode(errors='replace')\n"
+    "    except Exception as exc:\n"
+    "        out['metrics_error'] = f'{type(exc).__name__}: {exc}'\n"
+    "print(json.dumps(out))\n"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    backend: str
+    server: str
+    metrics_url: str
+
+    def command(self, state: str) -> str:
+        if state not in ("drain", "ready", "maint"):
+            raise FleetInputError(f"gateway server state {state!r}: give drain, ready or maint")
+        return f"set server {self.backend}/{self.server} state {state}"
+
+
+def drain_target(
+    plan: InstancePlan, instance_set: str, host_address: str, gateway_host: str | None = None
+) -> Target:
+    """The gateway's backend and server for one instance (named as vllm_fleet.gateway.haproxy names them)."""
+    server: Server = server_of(plan, host_address, gateway_host)
+    name = check_set_name(instance_set, plan.host)
+    return Target(backend=f"set_{name}", server=server.name, metrics_url=f"http://{server.address}/metrics")
+
+
+def read_argv(python: str, socket_path: str, commands: list[str], metrics_url: str = "") -> list[str]:
+    return [python, "-c", READ_SCRIPT, socket_path, metrics_url, *commands]
+
+
+@dataclass(frozen=True)
+class Read:
+    replies: list[str]
+    metrics: str | None
+    metrics_error: str
+    no_socket: bool = False  # no HAProxy there yet (the first deploy comes before the gateway's)
+
+
+def parse_read(stdout: str) -> Read:
+    try:
+        data = json.loads(stdout.strip().splitlines()[-1])
+        return Read(
+            list(data["replies"]),
+            data.get("metrics"),
+            str(data.get("metrics_error") or ""),
+            bool(data.get("no_socket")),
+        )
+    except (IndexError, ValueError, KeyError, TypeError) as exc:
+        raise FleetInputError(f"gateway read: not the read script's JSON ({exc}): {stdout[-300:]!r}") from exc
+
+
+def refused(reply: str) -> str:
+    """The runtime API's complaint about a command ('' when it took it: a set command answers nothing)."""
+    return reply.strip()
+
+
+@dataclass(frozen=True)
+class StatRow:
+    backend: str
+    server: str
+    status: str  # UP, DOWN, DRAIN, MAINT, "UP 1/2" while a check moves it...
+    scur: int  # sessions now
+    stot: int  # sessions since start (the per-server counter of requests it was sent)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stat_rows(show_stat: str) -> list[StatRow]:
+    """Every server row of `show stat` (CSV, its header line starts with '# ')."""
+    text = show_stat.lstrip()
+    if not text.startswith("# pxname"):
+        raise FleetInputError(f"gateway: `show stat` answered {show_stat[:200]!r}, not its CSV")
+    reader = csv.DictReader(io.StringIO(text[2:]))
+    rows = []
+    for record in reader:
+        if record.get("svname") in ("FRONTEND", "BACKEND", None):
+            continue
+        rows.append(
+            StatRow(
+                backend=record["# pxname"] if "# pxname" in record else record["pxname"],
+                server=record["svname"],
+                status=record.get("status") or "",
+                scur=int(record.get("scur") or 0),
+                stot=int(record.get("stot") or 0),
+            )
+        )
+    return rows
+
+
+def server_row(show_stat: str, target: Target) -> StatRow | None:
+    for row in stat_rows(show_stat):
+        if row.backend == target.backend and row.server == target.server:
+            return row
+    return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str  # "waiting" | "drained" | "timeout"
+    reason: str
+    scur: int | None
+    running: float | None
+    waiting: float | None
+
+    @property
+    def final(self) -> bool:
+        return self.state != "waiting"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def vllm_in_flight(metrics_text: str | None) -> tuple[float | None, float | None]:
+    """(running, waiting) from vLLM's /metrics; (None, None) when it could not be read."""
+    if not metrics_text:
+        return None, None
+    samples = parse_prometheus(metrics_text)
+    return metric_total(samples, RUNNING), metric_total(samples, WAITING)
+
+
+def drain_verdict(row: StatRow | None, read: Read, waited_s: float, timeout_s: float) -> Verdict:
+    """Drained when the gateway holds no session to the server and vLLM runs and queues nothing."""
+    scur = row.scur if row else None
+    running, waiting = vllm_in_flight(read.metrics)
+    if row is not None and scur == 0 and running == 0 and waiting == 0:
+        return Verdict("drained", "no session at the gateway, nothing running or waiting in vLLM", 0, 0, 0)
+    if row is not None and scur == 0 and read.metrics is None and row.status.startswith("DOWN"):
+        # the gateway's check fails and the API does not answer: the instance is not serving (not started
+        # yet, or crashed), so nothing is in flight there
+        return Verdict("drained", f"not serving ({read.metrics_error or 'no /metrics'})", 0, None, None)
+    if row is None:
+        why = "the gateway does not show the server"
+    elif scur:
+        why = f"{scur} session(s) at the gateway"
+    elif running is None or waiting is None:
+        why = f"vLLM's /metrics not read ({read.metrics_error or 'no gauges'})"
+    else:
+        why = f"vLLM has {running:g} running and {waiting:g} waiting"
+    if waited_s >= timeout_s:
+        return Verdict("timeout", f"not drained within {timeout_s:g} s: {why}", scur, running, waiting)
+    return Verdict("waiting", why, scur, running, waiting)
