@@ -718,7 +718,7 @@ def test_an_open_api_is_served_on_purpose_only() -> None:
     assert ok.extra_args[-1] == "16"
 
 
-# ------------------------------------------------------------------ every role's variables, by kind (issue 31)
+# ------------------------------------------------------------- every role's variables, by kind (issue 31)
 
 VARIABLE_CASES: list[dict[str, Any]] = yaml.safe_load(
     (REPO / "tests" / "fixtures" / "bad_input" / "variables.yml").read_text()
@@ -818,3 +818,47 @@ def test_preflight_refuses_the_case_before_the_plan(case_id: str, tmp_path: Path
     assert "vllm_fleet_plan (seed-4090):" in fatal and "error(s) in the variables" in fatal, out[-3000:]
     assert case["variable"] in fatal and case["fix"] in fatal, out[-3000:]
     assert not (reports / "plan" / "seed-4090.json").exists()  # no plan is written from refused variables
+
+
+def test_monitoring_yml_refuses_a_bad_exporter_variable_before_its_role(tmp_path: Path) -> None:
+    """playbooks/monitoring.yml imports no preflight: its plays check the variables first themselves. The host
+    is TEST-NET-1 (192.0.2.1, never routed): the check runs on the controller, and had it passed, the role's
+    first task could reach nothing."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "gpu-01": {
+                            "ansible_host": "192.0.2.1",
+                            "ansible_ssh_common_args": "-o ConnectTimeout=2",
+                        }
+                    }
+                }
+            }
+        )
+    )
+    extra = tmp_path / "case.json"
+    extra.write_text(
+        json.dumps({"fleet_monitoring_node_exporter_args": "--collector.systemd\nLD_PRELOAD=/tmp/x.so"})
+    )
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "monitoring.yml"),
+         "-e", f"@{extra}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "fatal: [gpu-01]: FAILED!" in out, out[-3000:]
+    fatal = out.split("fatal: [gpu-01]: FAILED!", 1)[1]
+    assert "vllm_fleet_validate (gpu-01)" in fatal, out[-3000:]
+    assert "fleet_monitoring_node_exporter_args: '--collector.systemd\\\\nLD_PRELOAD=/tmp/x.so'" in fatal
+    assert "fleet_monitoring : " not in out  # no task of the role ran
+    assert "UNREACHABLE" not in out

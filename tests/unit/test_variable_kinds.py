@@ -138,3 +138,18 @@ def test_a_verify_address_on_the_instances_own_host_passes() -> None:
         )
     bound = {**defaults, "vllm_service_host": "192.168.7.3", "vllm_verify_address": "192.168.7.3"}
     assert variable_errors("gpu-01", bound) == []
+
+
+HOSTILE = [None, "", {}, [], True, 1e308, -1, 2**70, float("nan"), "x" * 100_000, {"a": 1}, ["\n"], "\x00",
+           "\x1b]0;title\x07", [None], [{}], "../..", "/", 3.5]  # fmt: skip
+
+
+def test_no_value_of_any_kind_raises_anything_but_a_refusal() -> None:
+    """Each kind answers any YAML value with a list of messages (possibly empty), never an exception: a
+    traceback would hide which variable was wrong."""
+    defaults = role_defaults()
+    for name in VARIABLES:
+        for value in HOSTILE:
+            errors = variable_errors("gpu-01", {**defaults, name: value})
+            assert all(isinstance(e, str) and "\n" not in e for e in errors), (name, value, errors)
+            assert all("\x1b" not in e and "\x00" not in e for e in errors), (name, value, errors)
