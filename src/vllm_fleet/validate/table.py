@@ -12,7 +12,8 @@ the gateway): a new listener is one line there.
 
 from __future__ import annotations
 
-from vllm_fleet.rollout.decisions import parse_serial
+from typing import Any
+
 from vllm_fleet.validate import kinds, policy
 from vllm_fleet.validate.kinds import Kind
 
@@ -50,6 +51,14 @@ APT_KEYRINGS = ("/etc/apt/keyrings", "/usr/share/keyrings", "/etc/apt/trusted.gp
 def writable(role: str, example: str, *, optional: bool = False) -> Kind:
     """A directory the role writes or owns: never a system directory as a whole unless opted in."""
     return Kind("path", kinds.path(example, opt_in=f"{role}_allow_system_paths"), optional=optional)
+
+
+def rollout_serial(value: Any) -> None:
+    """vllm_rollout_serial as the rollout reads it. Imported here, not at the top: validate runs before the
+    plan, rollout after it, and only this one parser is shared."""
+    from vllm_fleet.rollout.decisions import parse_serial
+
+    parse_serial(value)
 
 
 def listed(kind: Kind) -> Kind:
@@ -207,7 +216,7 @@ VARIABLES: dict[str, Kind] = {
     "vllm_rollout_max_fail_percentage": Kind("percent", kinds.number(0, 100, integer=True)),
     "vllm_rollout_hosts": LINE,
     "vllm_rollout_canary": ACCEPTED,  # inventory host names, matched against the inventory
-    "vllm_rollout_serial": Kind("serial", kinds.delegated(parse_serial)),
+    "vllm_rollout_serial": Kind("serial", kinds.delegated(rollout_serial)),
     "vllm_rollout_report_dir": CONTROLLER,
     "vllm_rollout_run_id": Kind("file-name", kinds.file_name, optional=True),
     # vllm_service
