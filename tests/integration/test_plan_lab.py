@@ -130,10 +130,10 @@ def test_a_bad_variable_stops_site_yml_in_preflight_before_any_change(
     proc = site(inventory, work / "bad", "-e", f"{variable}={value}")
     assert proc.returncode != 0, proc.stdout[-3000:]
     failed = proc.stdout.split("fatal: ", 1)[-1]
-    # gpu_topology's own variables stop its inclusion by preflight (ansible-core's argument-spec check of the
-    # role); every other role's are reported by the plan (vllm_fleet_plan), with the same validator.
+    # every role's variables are refused by preflight's first task (vllm_fleet_validate: the argument specs'
+    # types, then each variable's kind), before the probe; what needs the model's config.json by the plan
     assert variable in failed and value in failed, proc.stdout[-3000:]
-    assert "vllm_fleet_plan" in failed or variable.startswith("gpu_topology_"), proc.stdout[-3000:]
+    assert "vllm_fleet_validate" in failed or "vllm_fleet_plan" in failed, proc.stdout[-3000:]
     assert "PLAY [NVIDIA driver" not in proc.stdout  # no play after preflight started
     assert on_host(inventory, NOTHING_INSTALLED).endswith("untouched")
     assert on_host(inventory, "getent passwd root") == root_before

@@ -815,7 +815,9 @@ def test_preflight_refuses_the_case_before_the_plan(case_id: str, tmp_path: Path
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     fatal = out.split("fatal: ", 1)[-1]
-    assert "vllm_fleet_plan (seed-4090):" in fatal and "error(s) in the variables" in fatal, out[-3000:]
+    # preflight's first task, before the probe and the CUDA gate read the host
+    assert "vllm_fleet_validate (seed-4090):" in fatal and "error(s) in the variables" in fatal, out[-3000:]
+    assert "Probe the host" not in out.split("fatal: ", 1)[0], out[-3000:]
     assert case["variable"] in fatal and case["fix"] in fatal, out[-3000:]
     assert not (reports / "plan" / "seed-4090.json").exists()  # no plan is written from refused variables
 

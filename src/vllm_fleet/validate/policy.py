@@ -32,9 +32,9 @@ def not_root(opt_in: str) -> Check:
         kinds.user(value, variable, context)
         if value == "root" and not opted_in(context, opt_in):
             raise FleetInputError(
-                f"{variable}: 'root' would give vLLM root's rights (the unit's sandbox undone) and let the "
-                "install rewrite root's account (home, shell); give an unprivileged name such as vllm, or set "
-                f"{opt_in}: true if you mean it"
+                f"{variable}: 'root' would give vLLM root's rights (the unit's sandbox undone) and let "
+                "the install rewrite root's account (home, shell); give an unprivileged name such as vllm, "
+                f"or set {opt_in}: true if you mean it"
             )
 
     return check
