@@ -23,9 +23,10 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.build import build_host_plan
 from vllm_fleet.plan.host import plain
-from vllm_fleet.plan.inventory import argument_spec_errors, role_variables
+from vllm_fleet.plan.inventory import input_errors, role_variables, with_port_errors
 from vllm_fleet.plan.model_config import model_config_from
 from vllm_fleet.probe.topology import Topology
+from vllm_fleet.validate import host_name_errors
 
 display = Display()
 
@@ -62,11 +63,16 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(ARGUMENT_SPEC)
         host = task_vars.get("inventory_hostname", "localhost")
         roles_dir = Path(args["roles_dir"])
-        if args["probe"] is not None and args["probe_dir"]:
+        # the host's name is the file name of its reports: checked before the first is written
+        if args["probe"] is not None and args["probe_dir"] and not host_name_errors(host):
             write_json(Path(args["probe_dir"]) / f"{host}.json", plain(args["probe"]))
         try:
             given, variables = role_variables(task_vars, roles_dir, self._template)
-            errors = argument_spec_errors(roles_dir, given)
+            errors = input_errors(
+                host, roles_dir, given, variables, (str(task_vars.get("ansible_host") or ""),)
+            )
+            if errors:
+                return self._refused(result, host, errors)
             config, config_source = model_config_from(
                 args["model_config"],
                 args["model_config_read"],
@@ -84,7 +90,7 @@ class ActionModule(ActionBase):
             )
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_plan ({host}): {exc}") from exc
-        plan.errors[:0] = errors
+        plan = with_port_errors(plan, variables)
         for warning in plan.warnings:
             display.warning(f"vllm_fleet_plan ({host}) {warning}")
         data = plan.to_dict()
@@ -99,4 +105,17 @@ class ActionModule(ActionBase):
                 f"vllm_fleet_plan ({host}): {len(plan.errors)} error(s); nothing was changed on any host:\n- "
                 + "\n- ".join(plan.errors)
             )
+        return result
+
+    @staticmethod
+    def _refused(result: dict[str, Any], host: str, errors: list[str]) -> dict[str, Any]:
+        """The variables are refused: no plan is built from them."""
+        result.update(
+            changed=False,
+            failed=True,
+            msg=(
+                f"vllm_fleet_plan ({host}): {len(errors)} error(s) in the variables; nothing was changed on "
+                "any host:\n- " + "\n- ".join(dict.fromkeys(errors))
+            ),
+        )
         return result

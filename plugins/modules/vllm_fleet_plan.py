@@ -6,7 +6,9 @@ module: vllm_fleet_plan
 short_description: Build the host's plan on the controller and check every role's variables; touches no host
 description:
   - Reads the variables every role of the collection will use and checks them against the roles' argument
-    specs (ansible-core's own Templar and ArgumentSpecValidator, as C(vllm-fleet plan --inventory) does).
+    specs (ansible-core's own Templar and ArgumentSpecValidator, as C(vllm-fleet plan --inventory) does),
+    then each by its kind (C(vllm_fleet.validate)), the ports of the host's listeners and the inventory host
+    name; refused variables fail the host before any plan is built or any report written.
   - Builds the host's plan with C(vllm_fleet.plan.build.build_host_plan) (instance layout, serve commands,
     capacity, fleet checks) from the probed topology and the model's config.json.
   - Fails with every error of the host at once; nothing is changed on any host. Returns the plan as the fact

@@ -2,8 +2,10 @@
 and the shared installed lab.
 
 - site.yml with one bad variable of any role stops in preflight, naming the variable; the host is left
-  exactly as it was (no service user, no venv, no /etc/vllm-fleet): the roles' argument specs are checked by
-  the plan before the first play that changes anything;
+  exactly as it was (no service user, no venv, no /etc/vllm-fleet, root's account as it was, no file under
+  /etc, /opt, /usr, /boot or /srv newer than the run): the roles' argument specs and every variable's kind
+  (vllm_fleet.validate: a root install user, a dist-info alias out of the venv, a verify address off the
+  host) are checked by the plan before the first play that changes anything;
 - a max_model_len beyond what the model's own config.json supports is refused from that config.json, read
   from the host (read-only) before anything is installed;
 - site.yml converges the shared installed lab (tests/integration/conftest.py); the plan deploy writes
@@ -29,7 +31,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-LAB = "plan-it"
+# VLLM_FLEET_PLAN_LAB: another name, for a session that may use only labs of its own
+LAB = os.environ.get("VLLM_FLEET_PLAN_LAB", "plan-it")
 LAB_ROOT = Path(os.environ.get("VLLM_FLEET_LAB_ROOT", "/var/lib/vllm-fleet-lab"))
 NOTHING_INSTALLED = (
     "! id vllm >/dev/null 2>&1 && test ! -e /opt/vllm-fleet && test ! -e /etc/vllm-fleet && echo untouched"
@@ -112,21 +115,30 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
         ("vllm_verify_ready_timeout", "later"),
         ("vllm_rollout_history_keep", "all"),
         ("vllm_service_max_model_len", "4096"),  # the tiny model has 2,048 positions (its config.json)
+        # issue 31: refused by kind or policy (vllm_fleet.validate), not by type
+        ("vllm_install_user", "root"),  # the install would have made root's shell nologin
+        ("vllm_install_dist_alias", "../../../../../../etc/cron.d/x"),
+        ("vllm_verify_address", "attacker.example.com"),  # the API key would be sent there
     ],
 )
 def test_a_bad_variable_stops_site_yml_in_preflight_before_any_change(
     lab: tuple[Path, Path], variable: str, value: str
 ) -> None:
     inventory, work = lab
+    root_before = on_host(inventory, "getent passwd root")
+    on_host(inventory, "touch /run/vllm-fleet-before-bad-run")
     proc = site(inventory, work / "bad", "-e", f"{variable}={value}")
     assert proc.returncode != 0, proc.stdout[-3000:]
     failed = proc.stdout.split("fatal: ", 1)[-1]
-    # gpu_topology's own variables stop its inclusion by preflight (ansible-core's argument-spec check of the
-    # role); every other role's are reported by the plan (vllm_fleet_plan), with the same validator.
+    # every role's variables are refused by preflight's first task (vllm_fleet_validate: the argument specs'
+    # types, then each variable's kind), before the probe; what needs the model's config.json by the plan
     assert variable in failed and value in failed, proc.stdout[-3000:]
-    assert "vllm_fleet_plan" in failed or variable.startswith("gpu_topology_"), proc.stdout[-3000:]
+    assert "vllm_fleet_validate" in failed or "vllm_fleet_plan" in failed, proc.stdout[-3000:]
     assert "PLAY [NVIDIA driver" not in proc.stdout  # no play after preflight started
     assert on_host(inventory, NOTHING_INSTALLED).endswith("untouched")
+    assert on_host(inventory, "getent passwd root") == root_before
+    newer = "find /etc /opt /usr /boot /srv -xdev -newer /run/vllm-fleet-before-bad-run -print; echo end"
+    assert on_host(inventory, newer) == "end"
 
 
 def _only_host(inventory: Path) -> str:

@@ -7,6 +7,11 @@ run before anything is written; the unit options by ServiceOptions in the role's
 which runs before its first write; host_tuning's by its `host_tuning_plan` filter, the task before its first
 write; vllm_install's, nvidia_driver's and vllm_rollout's by their planning functions, likewise first.
 
+Every role's variables are also checked by kind in one place (vllm_fleet.validate, run by preflight's plan
+task before the plan is built): the cases of issue 31 are data, tests/fixtures/bad_input/variables.yml, each
+refused by `variable_errors` over the roles' own defaults with one message; a few go through
+`ansible-playbook playbooks/preflight.yml` on the recorded seed host, as a user would run them.
+
 The cases of issue 14 are among them: newlines in paths and names that became unit directives
 (`ReadWritePaths=/data` then `ExecStartPre=+/bin/sh -c ...`), a unit prefix that left the unit directory, a
 NUL in the model path, a governor with a shell command, a newline in the memlock user, an open API beyond
@@ -16,18 +21,25 @@ loopback, `--api-key` through extra_args, a list-valued API key printed in clear
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible.errors import AnsibleError
+from test_variable_kinds import role_defaults
 
 from vllm_fleet.deploy import driver
 from vllm_fleet.deploy.vllm_install import plan_install, plan_model
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.render.schema import VARIABLE_FLAGS, ServeSpec
 from vllm_fleet.rollout import decisions
+from vllm_fleet.validate import variable_errors
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-live-0123456789abcdef"
@@ -411,6 +423,27 @@ CASES: list[tuple[str, Callable[[], Any], str, str, str]] = [
         "set it there instead",
     ),
     (
+        "extra-env-hf-token",
+        serve(extra_env={"HF_TOKEN": SECRET}),
+        "vllm_service_extra_env",
+        "HF_TOKEN=********",
+        "move it to vllm_service_secret_env",
+    ),
+    (
+        "extra-env-openai-key",
+        serve(extra_env={"OPENAI_API_KEY": SECRET}),
+        "vllm_service_extra_env",
+        "OPENAI_API_KEY=********",
+        "move it to vllm_service_secret_env",
+    ),
+    (
+        "gpu-util-nan-in-the-spec",
+        serve(gpu_memory_utilization=float("nan")),
+        "vllm_service_gpu_memory_utilization",
+        "nan",
+        "a finite number",
+    ),
+    (
         "extra-env-bad-name",
         serve(extra_env={"1BAD": "x"}),
         "vllm_service_extra_env",
@@ -683,3 +716,151 @@ def test_an_open_api_is_served_on_purpose_only() -> None:
         }
     )
     assert ok.extra_args[-1] == "16"
+
+
+# ------------------------------------------------------------- every role's variables, by kind (issue 31)
+
+VARIABLE_CASES: list[dict[str, Any]] = yaml.safe_load(
+    (REPO / "tests" / "fixtures" / "bad_input" / "variables.yml").read_text()
+)
+
+
+@pytest.fixture(scope="module")
+def defaults() -> dict[str, Any]:
+    return role_defaults()
+
+
+def _shown(case: dict[str, Any]) -> str:
+    """The value as the message shows it: the case's `shown`, else the repr of what it set."""
+    if "shown" in case:
+        return str(case["shown"])
+    if "host" in case:
+        return repr(case["host"])
+    name, _, index = case["variable"].partition("[")
+    value = case["set"][name]
+    return repr(value[int(index.rstrip("]"))] if index else value)
+
+
+def test_the_variable_matrix_has_150_cases_over_every_role() -> None:
+    assert len(VARIABLE_CASES) >= 150
+    ids = [case["id"] for case in VARIABLE_CASES]
+    assert len(set(ids)) == len(ids)
+    roles = {r.name for r in (REPO / "roles").iterdir() if (r / "meta" / "argument_specs.yml").is_file()}
+    covered = {role for case in VARIABLE_CASES for role in roles if case["variable"].startswith(role + "_")}
+    assert covered == roles, roles - covered
+
+
+@pytest.mark.parametrize("case", VARIABLE_CASES, ids=[c["id"] for c in VARIABLE_CASES])
+def test_every_roles_bad_variable_is_refused_before_the_plan(
+    case: dict[str, Any], defaults: dict[str, Any]
+) -> None:
+    errors = variable_errors(case.get("host", "gpu-01"), {**defaults, **case.get("set", {})})
+    assert len(errors) == 1, errors  # refused, and by this case alone (the roles' defaults pass)
+    (message,) = errors
+    assert message.startswith(case["variable"]) or f"({case['variable']}:" in message, message
+    assert _shown(case) in message, message
+    assert case["fix"] in message, message
+    assert "\n" not in message, "one line: greppable"
+    assert SECRET not in message, "a secret is never shown"
+
+
+# A handful through preflight as a user runs it: the seed inventory planned on the recorded 8 x RTX 4090 host
+# (connection local, nothing reaches a host), the case's variables given as JSON extra vars (-e @file).
+PREFLIGHT_CASES = [
+    "apt-distribution-url-trusted",
+    "legacy-file-shadow",
+    "install-user-root",
+    "vllm-port-is-node-exporters",
+    "node-exporter-args-ld-preload",
+    "fingerprint-empty",
+]
+
+
+@pytest.mark.parametrize("case_id", PREFLIGHT_CASES)
+def test_preflight_refuses_the_case_before_the_plan(case_id: str, tmp_path: Path) -> None:
+    (case,) = [c for c in VARIABLE_CASES if c["id"] == case_id]
+    extra = tmp_path / "case.json"
+    extra.write_text(json.dumps(case["set"]))
+    reports = tmp_path / "reports"
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        [
+            str(bin_dir / "ansible-playbook"),
+            "-i",
+            str(REPO / "inventory" / "examples" / "seed-4x4090"),
+            str(REPO / "playbooks" / "preflight.yml"),
+            "-e",
+            "ansible_connection=local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            f"gpu_topology_recorded_dir={REPO / 'tests/fixtures/topology/recorded/8x4090-dual-socket'}",
+            "-e",
+            f"vllm_fleet_report_dir={reports}",
+            "-e",
+            f"@{extra}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        },
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    fatal = out.split("fatal: ", 1)[-1]
+    # preflight's first task, before the probe and the CUDA gate read the host
+    assert "vllm_fleet_validate (seed-4090):" in fatal and "error(s) in the variables" in fatal, out[-3000:]
+    assert "Probe the host" not in out.split("fatal: ", 1)[0], out[-3000:]
+    assert case["variable"] in fatal and case["fix"] in fatal, out[-3000:]
+    assert not (reports / "plan" / "seed-4090.json").exists()  # no plan is written from refused variables
+
+
+def test_monitoring_yml_refuses_a_bad_exporter_variable_before_its_role(tmp_path: Path) -> None:
+    """playbooks/monitoring.yml imports no preflight: its plays check the variables first themselves. The host
+    is TEST-NET-1 (192.0.2.1, never routed): the check runs on the controller, and had it passed, the role's
+    first task could reach nothing."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "gpu-01": {
+                            "ansible_host": "192.0.2.1",
+                            "ansible_ssh_common_args": "-o ConnectTimeout=2",
+                        }
+                    }
+                }
+            }
+        )
+    )
+    extra = tmp_path / "case.json"
+    extra.write_text(
+        json.dumps({"fleet_monitoring_node_exporter_args": "--collector.systemd\nLD_PRELOAD=/tmp/x.so"})
+    )
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "monitoring.yml"),
+         "-e", f"@{extra}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "fatal: [gpu-01]: FAILED!" in out, out[-3000:]
+    fatal = out.split("fatal: [gpu-01]: FAILED!", 1)[1]
+    assert "vllm_fleet_validate (gpu-01)" in fatal, out[-3000:]
+    assert "fleet_monitoring_node_exporter_args: '--collector.systemd\\\\nLD_PRELOAD=/tmp/x.so'" in fatal
+    assert "fleet_monitoring : " not in out  # no task of the role ran
+    assert "UNREACHABLE" not in out

@@ -294,7 +294,11 @@ def test_openpgp_fingerprint_matches_gpg_on_a_real_key() -> None:
     ).stdout
     expected = [line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:")]
     assert driver.openpgp_fingerprints(key.read_text()) == expected
-    assert driver.check_key_fingerprint(key.read_text(), expected[0][-16:], str(key)) == expected[0]
+    assert driver.check_key_fingerprint(key.read_text(), expected[0].lower(), str(key)) == expected[0]
+    # a long key id, a short one or nothing would match keys made to end that way: all 40 digits only
+    for short in (expected[0][-16:], expected[0][-1:], ""):
+        with pytest.raises(FleetInputError, match="40 hex digits"):
+            driver.check_key_fingerprint(key.read_text(), short, str(key))
     with pytest.raises(FleetInputError, match="if NVIDIA rotated its key"):
         driver.check_key_fingerprint(key.read_text(), "EB693B3035CD5710E231E123A4B469963BF863CC", str(key))
 

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.probe.topology import csv_cells
+from vllm_fleet.validate import kinds
 
 NVIDIA_PCI_VENDOR = "0x10de"
 # Display controllers: 0x0300 VGA, 0x0302 3D controller (data-centre GPUs such as the H200 report 0x0302).
@@ -937,10 +938,12 @@ def openpgp_fingerprints(key: str | bytes) -> list[str]:
 
 def check_key_fingerprint(key: str | bytes, expected: str, source: str) -> str:
     """Return the matching fingerprint, or explain a rotated/wrong key (complaint: CUDA key rotation 2022)."""
+    # a short id matches any key made to end in it, an empty one every key: all 40 digits or nothing
+    kinds.fingerprint(expected, "nvidia_driver_repo_key_fingerprint", kinds.Context())
     wanted = re.sub(r"\s", "", expected).upper()
     found = openpgp_fingerprints(key)
     for fingerprint in found:
-        if fingerprint == wanted or fingerprint.endswith(wanted):
+        if fingerprint == wanted:
             return fingerprint
     raise FleetInputError(
         f"nvidia_driver_repo_key_fingerprint: {expected!r} is not a fingerprint of the key from {source} "

@@ -17,11 +17,12 @@ from typing import Any
 import yaml
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.build import build_host_plan
+from vllm_fleet.plan.build import build_host_plan, host_needs
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.model_config import model_config_from
 from vllm_fleet.probe.topology import Topology, build_topology_from_dir, recorded_source
 from vllm_fleet.project import fleet_report_dir
+from vllm_fleet.validate import port_errors, variable_errors
 
 # libyaml's loader where PyYAML has it: the nine argument specs are read for every host's plan, and the pure
 # Python loader took about 40 ms of them (issue 21)
@@ -109,6 +110,42 @@ def argument_spec_errors(roles_dir: Path, given: Mapping[str, Any]) -> list[str]
     return errors
 
 
+def input_errors(
+    host: str,
+    roles_dir: Path,
+    given: Mapping[str, Any],
+    variables: Mapping[str, Any],
+    own_addresses: tuple[str, ...] = (),
+) -> list[str]:
+    """The argument specs' types for what the inventory sets, then every variable's kind (vllm_fleet.validate)
+    for what the roles will see: a host with any of these is not planned at all."""
+    return argument_spec_errors(roles_dir, given) + variable_errors(
+        host, variables, own_addresses=own_addresses
+    )
+
+
+def refused_plan(host: str, vllm_version: str, errors: list[str]) -> HostPlan:
+    """The plan of a host whose variables were refused: no instance, the refusals as its errors."""
+    return HostPlan(
+        host=host,
+        vllm_version=vllm_version,
+        source="not planned",
+        cpu_only=False,
+        model_config_source="not read",
+        instances=[],
+        needs=host_needs([]),
+        layout={},
+        errors=list(dict.fromkeys(errors)),
+    )
+
+
+def with_port_errors(plan: HostPlan, variables: Mapping[str, Any]) -> HostPlan:
+    """The plan with the clashes of its instances' ports (the layout's) with the host's other listeners."""
+    clashes = port_errors(variables, [i.port for i in plan.instances]) if plan.instances else []
+    plan.errors = list(dict.fromkeys([*plan.errors, *clashes]))
+    return plan
+
+
 def facts_topology(host: str, variables: Mapping[str, Any], probe_dir: Path) -> tuple[Topology, str]:
     """The host's topology from recorded outputs or the probe's saved report, and where it came from."""
     recorded = variables.get("gpu_topology_recorded_dir")
@@ -168,7 +205,12 @@ def plan_inventory(
             given, variables = role_variables(host_vars, roles_dir, template)
         except FleetInputError as exc:
             raise FleetInputError(f"--inventory {inventory}: host {host.name}: {exc}") from exc
-        errors = argument_spec_errors(roles_dir, given)
+        version = str(variables.get("vllm_install_version") or DEFAULT_VLLM_VERSION)
+        own = (str(host_vars.get("ansible_host") or ""),)
+        errors = input_errors(host.name, roles_dir, given, variables, own)
+        if errors:
+            plans[host.name] = refused_plan(host.name, version, errors)
+            continue
         topology, source = facts_topology(host.name, variables, probe_dir)
         config, config_source = model_config_from(
             variables.get("vllm_service_model_config"),
@@ -180,11 +222,10 @@ def plan_inventory(
             host.name,
             variables,
             topology,
-            vllm_version=str(variables.get("vllm_install_version") or DEFAULT_VLLM_VERSION),
+            vllm_version=version,
             source=source,
             model_config=config,
             model_config_source=config_source,
         )
-        plan.errors[:0] = errors
-        plans[host.name] = plan
+        plans[host.name] = with_port_errors(plan, variables)
     return plans

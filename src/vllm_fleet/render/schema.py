@@ -10,6 +10,7 @@ the layout").
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -76,6 +77,21 @@ OWNED_ENV = {
 # deployment (a 128k-token prompt's prefill, then thousands of output tokens at 20-50 tokens/s under load)
 # runs for minutes. vLLM exits as soon as nothing is in flight, so an idle instance does not wait for it.
 DEFAULT_SHUTDOWN_TIMEOUT = 600
+
+# Names of environment variables that carry a credential (HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY...):
+# vllm_service_extra_env is written in clear into reports/plan/<host>.json and `plan --json`; such a value
+# belongs in vllm_service_secret_env (the 0600 EnvironmentFile only).
+SECRET_ENV_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY")
+SECRET_ENV_PAIRS = ("API_KEY", "ACCESS_KEY", "PRIVATE_KEY", "AUTH_KEY")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential."""
+    upper = name.upper()
+    return any(word in SECRET_ENV_WORDS for word in upper.split("_")) or any(
+        pair in upper for pair in SECRET_ENV_PAIRS
+    )
+
 
 # Offloading keys that look like top-level OffloadingConnector settings but belong to the `fs` tier.
 FS_TIER_KEYS = ("root_dir", "n_read_threads", "n_write_threads")
@@ -469,6 +485,12 @@ class _Reader:
                     f"{PREFIX}{name}: {key} is set by {OWNED_ENV[key]}; remove it from {PREFIX}{name} and "
                     "set it there instead"
                 )
+            if not secret and looks_secret(key):
+                raise FleetInputError(
+                    f"{PREFIX}{name}: {key}={hostvalues.MASK} looks like a credential, and this variable is "
+                    "written in clear into reports/plan/<host>.json and `vllm-fleet plan --json`; move it to "
+                    f"{PREFIX}secret_env (from Ansible Vault), which reaches only the 0600 EnvironmentFile"
+                )
             if item is None:
                 continue
             if isinstance(item, (dict, list)):
@@ -518,8 +540,10 @@ class _Reader:
             if isinstance(value, bool):
                 raise ValueError
             number = float(value)
+            if not math.isfinite(number):  # nan passes every comparison below
+                raise ValueError
         except (TypeError, ValueError):
-            raise self._fail(name, value, "a number") from None
+            raise self._fail(name, value, "a finite number") from None
         if (low is not None and number < low) or (high is not None and number > high):
             bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
             raise self._fail(name, value, f"{bounds}; give a number in that range")
