@@ -1,14 +1,18 @@
-"""scripts/build_gpu_bundle.py: the committed lock and the packing (the download and install are pip's; the
-bundle made from this lock served vLLM on an H200: tests/fixtures/gpu-h200-vllm-0.26.0/README.md)."""
+"""scripts/build_gpu_bundle.py: the committed lock, the install and the packing (the download is pip's; the
+bundle made from this lock served vLLM on an H200: tests/fixtures/gpu-h200-vllm-0.26.0/README.md and
+tests/fixtures/gpu-h200-vllm-0.26.0-sliding/README.md)."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import lzma
+import os
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ _SPEC.loader.exec_module(bundle)
 def test_lock_pins_every_wheel_by_hash() -> None:
     entries = bundle.read_lock(bundle.DEFAULT_LOCK)
     names = {req.split("==")[0].lower() for req, _ in entries}
-    assert len(entries) == len(names) == 86
+    assert len(entries) == len(names) == 87
     versions = dict(req.split("==") for req, _ in entries)
     assert versions["vllm"] == "0.26.0"
     assert versions["flashinfer-python"] == "0.6.14" and versions["apache-tvm-ffi"] == "0.1.10"
@@ -31,11 +35,12 @@ def test_lock_pins_every_wheel_by_hash() -> None:
     assert not names & {"torch", "torchvision", "transformers", "numpy", "triton", "typing-extensions"}
 
 
-def test_lock_names_are_the_shared_list_plus_the_two_unlisted_imports() -> None:
+def test_lock_names_are_the_shared_list_plus_the_unlisted_imports() -> None:
     shared = ROOT / "tests" / "fixtures" / "gpu-h200-vllm-0.26.0" / "deps-vllm-0.26.0.txt"
     listed = {bundle._canonical(line.split("==")[0]) for line in shared.read_text().split()}
     locked = {bundle._canonical(req.split("==")[0]) for req, _ in bundle.read_lock(bundle.DEFAULT_LOCK)}
-    assert locked - listed == {"vllm", "flashinfer-python", "apache-tvm-ffi"}
+    # vLLM's two undeclared imports, and vllm-fleet's own logcheck dependency (the host lacks it)
+    assert locked - listed == {"vllm", "flashinfer-python", "apache-tvm-ffi", "ahocorasick-rs"}
     assert listed <= locked
 
 
@@ -54,7 +59,8 @@ def test_target_is_the_hosts_python_and_glibc() -> None:
 
 
 def test_strip_removes_what_hopper_never_loads_and_refuses_a_changed_layout(tmp_path: Path) -> None:
-    for rel in bundle.STRIP:
+    assert bundle.strip_paths(bundle.DEFAULT_LOCK) == bundle.STRIP["vllm"]
+    for rel in bundle.STRIP["vllm"]:
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         if rel.endswith((".so", "vllm-rs")):
@@ -64,10 +70,10 @@ def test_strip_removes_what_hopper_never_loads_and_refuses_a_changed_layout(tmp_
             (path / "a.hpp").write_bytes(b"y" * 5)
     keep = tmp_path / "vllm" / "vllm_flash_attn" / "_vllm_fa3_C.abi3.so"
     keep.write_bytes(b"fa3")
-    assert bundle.strip(tmp_path) == 6 * 10 + 2 * 5
+    assert bundle.strip(tmp_path, bundle.STRIP["vllm"]) == 6 * 10 + 2 * 5
     assert keep.exists() and not (tmp_path / "vllm" / "vllm-rs").exists()
     with pytest.raises(SystemExit, match="update STRIP"):
-        bundle.strip(tmp_path)
+        bundle.strip(tmp_path, bundle.STRIP["vllm"])
 
 
 def test_pack_is_reproducible_and_splits_into_parts(tmp_path: Path) -> None:
@@ -93,6 +99,79 @@ def test_pack_is_reproducible_and_splits_into_parts(tmp_path: Path) -> None:
     out.mkdir()
     subprocess.run(f"cat {tmp_path}/a/bundle.tar.xz.part* | xz -dc | tar -x -C {out}", shell=True, check=True)
     assert (out / "site" / "pkg" / "__init__.py").read_text() == "x = 1\n"
+
+
+def make_wheel(folder: Path, name: str) -> Path:
+    """A small wheel laid out as real ones are: a package with a native-looking executable member, a
+    dist-info with a console script, a .data folder with purelib and scripts (as dill's and jmespath's)."""
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    members = {
+        f"{name}/__init__.py": (b"VALUE = 1\n", 0o644),
+        f"{name}/_native.so": (hashlib.shake_256(name.encode()).digest(20_000), 0o755),
+        f"{name}-1.0.data/purelib/{name}_extra.py": (b"EXTRA = 2\n", 0o644),
+        f"{name}-1.0.data/scripts/{name}-tool": (b"#!python\nprint('tool')\n", 0o755),
+        f"{name}-1.0.dist-info/METADATA": (f"Name: {name}\nVersion: 1.0\n".encode(), 0o644),
+        f"{name}-1.0.dist-info/WHEEL": (b"Wheel-Version: 1.0\nTag: py3-none-any\n", 0o644),
+        f"{name}-1.0.dist-info/entry_points.txt": (
+            f"[console_scripts]\n{name} = {name}:main\n".encode(),
+            0o644,
+        ),
+        f"{name}-1.0.dist-info/RECORD": (b"", 0o644),
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for member, (data, mode) in members.items():
+            info = zipfile.ZipInfo(member, date_time=(2024, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100000 | mode) << 16
+            archive.writestr(info, data)
+    return wheel
+
+
+def build_in(workdir: Path, wheels: list[Path], lock_text: str, umask: int, mtime: int) -> Path:
+    """One build of `lock_text` in its own folders, from copies of the wheels with `mtime`, under `umask`."""
+    cache = workdir / "wheel cache"
+    cache.mkdir(parents=True)
+    for wheel in wheels:
+        copy = cache / wheel.name
+        copy.write_bytes(wheel.read_bytes())
+        os.utime(copy, (mtime, mtime))
+    lock = workdir / "small.lock"
+    lock.write_text(lock_text)
+    old = os.umask(umask)
+    try:
+        argv = ["build", "--lock", str(lock), "--cache", str(cache), "--out", str(workdir / "out")]
+        rc = bundle.main([*argv, "--part-mib", "1"])
+    finally:
+        os.umask(old)
+    assert rc == 0
+    return workdir / "out"
+
+
+def test_two_builds_of_one_lock_are_byte_identical(tmp_path: Path) -> None:
+    """Another machine is another cache path, umask, clock and interpreter: the parts must not change."""
+    source = tmp_path / "source"
+    source.mkdir()
+    wheels = [make_wheel(source, "alpha"), make_wheel(source, "beta")]
+    lock_text = "".join(f"{w.name.split('-')[0]}==1.0 --hash=sha256:{bundle.sha256(w)}\n" for w in wheels)
+    first = build_in(tmp_path / "one", wheels, lock_text, 0o022, 1_600_000_000)
+    second = build_in(tmp_path / "two" / "elsewhere", wheels, lock_text, 0o077, 1_700_000_000)
+    assert (first / "SHA256SUMS").read_text() == (second / "SHA256SUMS").read_text()
+    assert sorted(p.name for p in first.iterdir()) == sorted(p.name for p in second.iterdir())
+    joined = b"".join(p.read_bytes() for p in sorted(first.glob("bundle.tar.xz.part*")))
+    raw = lzma.decompress(joined)
+    assert str(tmp_path).encode() not in raw  # no path of the building machine inside
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert "site/alpha/__init__.py" in members and "site/beta_extra.py" in members
+    assert not [n for n in members if "/bin/" in n or n.endswith(("-tool", "direct_url.json"))]
+    assert members["site/alpha/_native.so"].mode == 0o755 and members["site/alpha/__init__.py"].mode == 0o644
+    assert {(m.uid, m.gid, m.uname, m.mtime) for m in members.values()} == {(0, 0, "", 0)}
+
+
+def test_a_wheel_member_outside_the_tree_is_refused() -> None:
+    assert bundle.installed_path("pkg-1.0.data/platlib/pkg/x.so") == "pkg/x.so"
+    assert bundle.installed_path("pkg-1.0.data/scripts/tool") is None
+    with pytest.raises(SystemExit, match="not a relative file path"):
+        bundle.installed_path("pkg/../../etc/passwd")
 
 
 def test_help_runs() -> None:
