@@ -15,7 +15,7 @@ Two builds of one lock give byte-identical parts on any machine: the tree holds 
 (pip's install adds `direct_url.json` with the cache's absolute path and `bin/` scripts whose shebang is
 this machine's interpreter, so it is not used), and the archive takes its order, modes, owners and mtimes
 from fixed rules, never from this machine (umask, clock, user). The xz stream is liblzma's preset 6, one
-thread.
+thread (`--xz-preset`, part of what must match between the two builds).
 
 `lock` turns a list of `name==version` lines into the lock: each line with the sha256 of the wheel pip picks
 for the target (cp312, manylinux x86_64). It is how the committed lock was made; run it again only to move
@@ -196,8 +196,8 @@ def _reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def pack(tree: Path, out: Path, part_bytes: int) -> list[Path]:
-    """tar.xz of `tree` (as `site/...`), split into parts of at most `part_bytes`."""
+def pack(tree: Path, out: Path, part_bytes: int, preset: int = 6) -> list[Path]:
+    """tar.xz of `tree` (as `site/...`) at xz `preset`, split into parts of at most `part_bytes`."""
     out.mkdir(parents=True, exist_ok=True)
     # an earlier build's parts would join this one's on the host
     for stale in out.glob("bundle.tar.xz.part*"):
@@ -207,7 +207,7 @@ def pack(tree: Path, out: Path, part_bytes: int) -> list[Path]:
         (p for p in tree.rglob("*") if p.is_file() or p.is_symlink()),
         key=lambda p: p.relative_to(tree).as_posix(),
     )
-    with tarfile.open(archive, "w:xz", preset=6, format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(archive, "w:xz", preset=preset, format=tarfile.PAX_FORMAT) as tar:
         for path in files:
             tar.add(path, arcname=str(Path("site") / path.relative_to(tree)), filter=_reset, recursive=False)
     parts = []
@@ -234,7 +234,7 @@ def build(args: argparse.Namespace) -> int:
     removed = strip(site, strip_paths(lock))
     size = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
     print(f"installed {len(wheels)} wheels, stripped {removed / 1e6:.0f} MB, tree {size / 1e6:.0f} MB")
-    parts = pack(site, out, args.part_mib << 20)
+    parts = pack(site, out, args.part_mib << 20, args.xz_preset)
     total = sum(p.stat().st_size for p in parts)
     print(f"packed {len(parts)} parts, {total / 1e6:.1f} MB: " + " ".join(p.name for p in parts))
     if not args.keep_tree:
@@ -282,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 55: one call to the GPU host carries 64 MiB, the repository's tree included.
     b.add_argument("--part-mib", type=int, default=55, help="largest part in MiB (default 55)")
     b.add_argument("--keep-tree", action="store_true", help="keep the installed tree beside the parts")
+    # 1 packs about 6 times faster than 6 on a busy machine, for about a quarter more bytes (one more part)
+    b.add_argument("--xz-preset", type=int, default=6, choices=range(10), help="xz preset (default 6)")
     b.set_defaults(handler=build)
     lk = sub.add_parser("lock", help="write the lock (name==version --hash) from a list of name==version")
     lk.add_argument("--names", required=True)
