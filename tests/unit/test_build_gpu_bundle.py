@@ -5,8 +5,10 @@ tests/fixtures/gpu-h200-vllm-0.26.0-sliding/README.md)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import io
+import json
 import lzma
 import os
 import subprocess
@@ -181,3 +183,83 @@ def test_help_runs() -> None:
         text=True,
     )
     assert result.returncode == 0 and "build" in result.stdout and "lock" in result.stdout
+
+
+GPU_RUN = ROOT / "tests" / "fixtures" / "gpu-h200-vllm-0.26.0"
+# what the H200 host's python3 has (`python3 -m pip list --format=freeze` there, recorded by run-on-gpu.sh)
+HOST_PACKAGES = ROOT / "tests" / "fixtures" / "gpu-h200-vllm-0.26.0-sliding" / "run1" / "host-pip-list.txt"
+# Runs each command of the GPU procedure in one interpreter and writes the top-level modules it imported.
+IMPORTS_OF = """
+import json, sys
+from vllm_fleet.cli import main
+out, commands = sys.argv[1], json.loads(sys.argv[2])
+codes = []
+for argv in commands:
+    try:
+        codes.append(main(argv))
+    except SystemExit as stop:
+        codes.append(stop.code)
+# modules loaded from files only: Cython registers file-less ones (cython_runtime, _cython_3_3_1)
+files = {n.split(".")[0] for n, m in sys.modules.items() if getattr(m, "__file__", None)}
+json.dump({"codes": codes, "modules": sorted(files)}, open(out, "w"))
+"""
+
+
+def test_the_gpu_procedure_imports_only_what_the_host_or_the_lock_holds(tmp_path: Path) -> None:
+    """`python3 -m vllm_fleet` render, plan, verify and logcheck as run-on-gpu.sh runs them: every third-party
+    module they import belongs to a distribution the host has or the lock installs (ahocorasick_rs did not:
+    `ModuleNotFoundError` on the host before it was locked)."""
+    seed = GPU_RUN / "seed-dense"
+    commands = [
+        ["--version"],
+        [
+            "render",
+            "--vars",
+            str(GPU_RUN / "vars-seed-dense.yml"),
+            "--vllm-version",
+            "0.26.0",
+            "--model-config",
+            str(GPU_RUN / "models" / "seed-dense-config.json"),
+            "--json",
+        ],
+        [
+            "plan",
+            "--model-config",
+            str(GPU_RUN / "models" / "seed-dense-config.json"),
+            "--vllm-version",
+            "0.26.0",
+            "--kv-cache-memory-bytes",
+            "10G",
+            "--max-model-len",
+            "65536",
+            "--json",
+        ],
+        [
+            "verify",
+            "--plan",
+            str(seed / "plan.json"),
+            "--log",
+            str(seed / "vllm.until-stop.log"),
+            "--replay",
+            str(seed / "answers.json"),
+            "--host",
+            "h200",
+            "--json",
+        ],
+        ["logcheck", str(seed / "vllm.log"), "--json"],
+    ]
+    python = [sys.executable, "-c"]
+    baseline, seen = tmp_path / "baseline.json", tmp_path / "seen.json"
+    subprocess.run([*python, IMPORTS_OF, str(baseline), "[]"], check=True, capture_output=True)
+    subprocess.run([*python, IMPORTS_OF, str(seen), json.dumps(commands)], check=True, capture_output=True)
+    result = json.loads(seen.read_text())
+    assert result["codes"] == [0, 0, 0, 0, 0]
+    imported = set(result["modules"]) - set(json.loads(baseline.read_text())["modules"])
+    third_party = sorted(m for m in imported if m not in sys.stdlib_module_names and m != "vllm_fleet")
+    owners = importlib.metadata.packages_distributions()
+    dists = {bundle._canonical(d) for m in third_party for d in owners.get(m, [f"unknown module {m}"])}
+    host = {bundle._canonical(line.split("==")[0]) for line in HOST_PACKAGES.read_text().split()}
+    locked = {bundle._canonical(req.split("==")[0]) for req, _ in bundle.read_lock(bundle.DEFAULT_LOCK)}
+    assert dists <= host | locked, dists - host - locked
+    assert {"ahocorasick-rs", "pyyaml", "packaging", "prometheus-client"} <= dists
+    assert "ahocorasick-rs" in locked - host
