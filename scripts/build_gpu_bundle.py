@@ -5,11 +5,17 @@
         [--cache DIR] [--out DIR] [--part-mib 55]
     scripts/build_gpu_bundle.py lock --names NAMES.txt --lock LOCK [--cache DIR]
 
-`build` downloads every wheel the lock names with pip (`--require-hashes`, so a different file is an error),
-installs them with `pip install --no-deps --target` into one tree, strips what a Hopper host never loads,
-and packs the tree as tar.xz split into parts below --part-mib MiB (`bundle.tar.xz.partNN`, plus
-`SHA256SUMS`). On the host: `cat bundle.tar.xz.part* | xz -dc | tar -x -C DIR`, then
-`PYTHONPATH=DIR/site python3 -m vllm.entrypoints.cli.main serve ...`.
+`build` downloads every wheel the lock names with pip (`--require-hashes`, so a different file is an error;
+skipped when the cache already holds every locked hash), unpacks them into one tree as `pip install --no-deps
+--target` lays them out, strips what a Hopper host never loads, and packs the tree as tar.xz split into parts
+below --part-mib MiB (`bundle.tar.xz.partNN`, plus `SHA256SUMS`). On the host: `cat bundle.tar.xz.part* | xz
+-dc | tar -x -C DIR`, then `PYTHONPATH=DIR/site python3 -m vllm.entrypoints.cli.main serve ...`.
+
+Two builds of one lock give byte-identical parts on any machine: the tree holds the wheels' own files only
+(pip's install adds `direct_url.json` with the cache's absolute path and `bin/` scripts whose shebang is
+this machine's interpreter, so it is not used), and the archive takes its order, modes, owners and mtimes
+from fixed rules, never from this machine (umask, clock, user). The xz stream is liblzma's preset 6, one
+thread (`--xz-preset`, part of what must match between the two builds).
 
 `lock` turns a list of `name==version` lines into the lock: each line with the sha256 of the wheel pip picks
 for the target (cp312, manylinux x86_64). It is how the committed lock was made; run it again only to move
@@ -31,7 +37,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,19 +51,21 @@ PLATFORMS = tuple(
     ["manylinux1_x86_64", "manylinux2014_x86_64"] + [f"manylinux_2_{n}_x86_64" for n in range(17, 36)]
 )
 
-# Paths inside the installed tree that a Hopper host with CPython 3.12 never loads (about 450 MB of 730):
-# FA2's kernels (Hopper runs FA3), the optional Rust front end, the Blackwell FMHA and deep_gemm headers
-# (JIT-compiled only on SM100), deep_gemm's extension for the other Pythons.
-STRIP = (
-    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
-    "vllm/vllm-rs",
-    "vllm/third_party/fmha_sm100/cutlass",
-    "vllm/third_party/deep_gemm/include",
-    "vllm/third_party/deep_gemm/_C.cpython-310-x86_64-linux-gnu.so",
-    "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so",
-    "vllm/third_party/deep_gemm/_C.cpython-313-x86_64-linux-gnu.so",
-    "vllm/third_party/deep_gemm/_C.cpython-314-x86_64-linux-gnu.so",
-)
+# Paths inside the installed tree that a Hopper host with CPython 3.12 never loads (about 450 MB of 730), by
+# the locked project that installs them: FA2's kernels (Hopper runs FA3), the optional Rust front end, the
+# Blackwell FMHA and deep_gemm headers (JIT-compiled only on SM100), deep_gemm's extension for other Pythons.
+STRIP: Mapping[str, tuple[str, ...]] = {
+    "vllm": (
+        "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
+        "vllm/vllm-rs",
+        "vllm/third_party/fmha_sm100/cutlass",
+        "vllm/third_party/deep_gemm/include",
+        "vllm/third_party/deep_gemm/_C.cpython-310-x86_64-linux-gnu.so",
+        "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so",
+        "vllm/third_party/deep_gemm/_C.cpython-313-x86_64-linux-gnu.so",
+        "vllm/third_party/deep_gemm/_C.cpython-314-x86_64-linux-gnu.so",
+    ),
+}
 
 
 def target_args() -> list[str]:
@@ -107,11 +116,14 @@ def sha256(path: Path) -> str:
 
 
 def download(lock: Path, cache: Path) -> list[Path]:
-    """The lock's wheels in `cache`, checked against the lock's hashes by pip."""
+    """The lock's wheels in `cache`, checked against the lock's hashes (by pip when it downloads; a cache that
+    already holds every locked hash is used as it is, so a rebuild needs no network)."""
     cache.mkdir(parents=True, exist_ok=True)
-    pip(["download", "--no-deps", "--require-hashes", *target_args(), "-d", str(cache), "-r", str(lock)])
     # The cache may hold other files (an earlier lock's, another platform's): take the locked ones by hash.
     by_hash = {sha256(wheel): wheel for wheel in sorted(cache.glob("*.whl"))}
+    if not all(any(h in by_hash for h in hashes) for _, hashes in read_lock(lock)):
+        pip(["download", "--no-deps", "--require-hashes", *target_args(), "-d", str(cache), "-r", str(lock)])
+        by_hash = {sha256(wheel): wheel for wheel in sorted(cache.glob("*.whl"))}
     wheels = []
     for requirement, hashes in read_lock(lock):
         found = [by_hash[h] for h in hashes if h in by_hash]
@@ -121,11 +133,47 @@ def download(lock: Path, cache: Path) -> list[Path]:
     return wheels
 
 
-def strip(site: Path) -> int:
-    """Delete the STRIP paths from an installed tree; returns the bytes removed. A path missing is an
-    error: it means the lock moved to a release laid out differently and STRIP must be looked at again."""
+def installed_path(member: str) -> str | None:
+    """Where `pip install --target` puts a wheel's member, relative to the target; None for what the host
+    never imports: `<dist>.data/scripts` (pip rewrites their shebang to this machine's interpreter),
+    `headers`, `data`. A member that would land outside the tree is an error."""
+    parts = member.split("/")
+    if parts[0].endswith(".data") and len(parts) > 2:
+        if parts[1] not in ("purelib", "platlib"):
+            return None
+        parts = parts[2:]
+    if not parts[-1] or member.startswith("/") or ".." in parts:
+        sys.exit(f"build_gpu_bundle: wheel member {member!r} is not a relative file path")
+    return "/".join(parts)
+
+
+def install(wheels: Sequence[Path], site: Path) -> None:
+    """Unpack the wheels into `site` (in the lock's order, a later file replacing an earlier one, as pip
+    does), each file 0o755 if the wheel marks it executable, else 0o644, whatever this machine's umask."""
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                rel = None if info.is_dir() else installed_path(info.filename)
+                if rel is None:
+                    continue
+                target = site / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(info) as src, target.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                target.chmod(0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
+
+
+def strip_paths(lock: Path) -> tuple[str, ...]:
+    """The STRIP paths of the projects the lock names."""
+    projects = {_canonical(requirement.split("==")[0]) for requirement, _ in read_lock(lock)}
+    return tuple(rel for project, paths in STRIP.items() if project in projects for rel in paths)
+
+
+def strip(site: Path, paths: Sequence[str]) -> int:
+    """Delete `paths` from an installed tree; returns the bytes removed. A path missing is an error: it means
+    the lock moved to a release laid out differently and STRIP must be looked at again."""
     removed = 0
-    for rel in STRIP:
+    for rel in paths:
         path = site / rel
         if not path.exists():
             sys.exit(f"build_gpu_bundle: {rel} is not in the installed vllm; update STRIP for this release")
@@ -139,19 +187,27 @@ def strip(site: Path) -> int:
 
 
 def _reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    # Reproducible archive: no owner names or mtimes from this machine.
+    # Reproducible archive: no owner, mtime or umask-made mode from this machine.
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     info.mtime = 0
+    if info.isfile():
+        info.mode = 0o755 if info.mode & 0o100 else 0o644
     return info
 
 
-def pack(tree: Path, out: Path, part_bytes: int) -> list[Path]:
-    """tar.xz of `tree` (as `site/...`), split into parts of at most `part_bytes`."""
+def pack(tree: Path, out: Path, part_bytes: int, preset: int = 6) -> list[Path]:
+    """tar.xz of `tree` (as `site/...`) at xz `preset`, split into parts of at most `part_bytes`."""
     out.mkdir(parents=True, exist_ok=True)
+    # an earlier build's parts would join this one's on the host
+    for stale in out.glob("bundle.tar.xz.part*"):
+        stale.unlink()
     archive = out / "bundle.tar.xz"
-    files = sorted(p for p in tree.rglob("*") if p.is_file() or p.is_symlink())
-    with tarfile.open(archive, "w:xz", preset=6) as tar:
+    files = sorted(
+        (p for p in tree.rglob("*") if p.is_file() or p.is_symlink()),
+        key=lambda p: p.relative_to(tree).as_posix(),
+    )
+    with tarfile.open(archive, "w:xz", preset=preset, format=tarfile.PAX_FORMAT) as tar:
         for path in files:
             tar.add(path, arcname=str(Path("site") / path.relative_to(tree)), filter=_reset, recursive=False)
     parts = []
@@ -174,23 +230,11 @@ def build(args: argparse.Namespace) -> int:
     site = out / "site"
     if site.exists():
         shutil.rmtree(site)
-    pip(
-        [
-            "install",
-            "--no-deps",
-            "--no-index",
-            "--no-compile",
-            "--no-cache-dir",
-            *target_args(),
-            "--target",
-            str(site),
-            *map(str, wheels),
-        ]
-    )
-    removed = strip(site)
+    install(wheels, site)
+    removed = strip(site, strip_paths(lock))
     size = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
     print(f"installed {len(wheels)} wheels, stripped {removed / 1e6:.0f} MB, tree {size / 1e6:.0f} MB")
-    parts = pack(site, out, args.part_mib << 20)
+    parts = pack(site, out, args.part_mib << 20, args.xz_preset)
     total = sum(p.stat().st_size for p in parts)
     print(f"packed {len(parts)} parts, {total / 1e6:.1f} MB: " + " ".join(p.name for p in parts))
     if not args.keep_tree:
@@ -238,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 55: one call to the GPU host carries 64 MiB, the repository's tree included.
     b.add_argument("--part-mib", type=int, default=55, help="largest part in MiB (default 55)")
     b.add_argument("--keep-tree", action="store_true", help="keep the installed tree beside the parts")
+    # 1 packs about 6 times faster than 6 on a busy machine, for about a quarter more bytes (one more part)
+    b.add_argument("--xz-preset", type=int, default=6, choices=range(10), help="xz preset (default 6)")
     b.set_defaults(handler=build)
     lk = sub.add_parser("lock", help="write the lock (name==version --hash) from a list of name==version")
     lk.add_argument("--names", required=True)
