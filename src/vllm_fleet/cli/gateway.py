@@ -17,13 +17,13 @@ from typing import Any
 
 from vllm_fleet.cli import emit
 from vllm_fleet.cli.monitoring import inventory_hosts, saved_plans
-from vllm_fleet.cli.plan import PROJECT_DIR
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.gateway.files import gateway_files, write_files
 from vllm_fleet.gateway.haproxy import PORT, RUNTIME_SOCKET, GatewaySettings
 from vllm_fleet.gateway.sets import BYTES_PER_TOKEN, DEFAULT_SET, MARGIN, SET_VARIABLE, instance_sets
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
+from vllm_fleet.project import project_dir
 
 
 def host_settings(inventory: str, hosts: list[str]) -> dict[str, dict[str, Any]]:
@@ -61,7 +61,7 @@ def _handle(args: argparse.Namespace) -> int:
         plans = saved_plans(Path(args.plans), inventory_hosts(args.inventory, args.limit))
     else:
         facts = Path(args.facts) if args.facts else None
-        plans = plan_inventory(args.inventory, project_dir=PROJECT_DIR, limit=args.limit, probe_dir=facts)
+        plans = plan_inventory(args.inventory, project_dir=project_dir(), limit=args.limit, probe_dir=facts)
     failed = {host: plan.errors for host, plan in plans.items() if not plan.ok}
     if failed:
         raise FleetInputError(
