@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from vllm_fleet.cli import main
 from vllm_fleet.plan.capacity import plan_capacity
 from vllm_fleet.sizes import parse_size
 from vllm_fleet.verify.logcheck import parse_log
@@ -124,6 +125,28 @@ def test_the_plan_prints_vllms_own_kv_cache_line(name: str, model: str, args: li
     assert plan.kv_cache_line == real
     assert plan.exact, plan.approximate_because
     assert plan.fits_on_gpu
+
+
+@pytest.mark.parametrize(("name", "model", "args"), SERVED)
+def test_the_plan_command_prints_the_same_line(
+    name: str, model: str, args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vllm-fleet plan --vllm-version 0.26.0 --json` with the row's flags (the overridden config written to a
+    file, as a user would give it) prints vLLM's line too."""
+    flags = flags_of(args)
+    config = json.loads((FIXTURES / "models" / f"{model}.config.json").read_text(encoding="utf-8"))
+    model_config = tmp_path / "config.json"
+    model_config.write_text(json.dumps(merged(config, json.loads(flags.get("--hf-overrides", "{}")))))
+    argv = ["plan", "--model-config", str(model_config), "--vllm-version", "0.26.0", "--json"]
+    argv += ["--tensor-parallel-size", "1", "--max-model-len", flags["--max-model-len"]]
+    argv += ["--kv-cache-memory-bytes", flags["--kv-cache-memory-bytes"]]
+    argv += ["--kv-cache-dtype", flags.get("--kv-cache-dtype", "auto")]
+    argv += ["--max-num-batched-tokens", flags.get("--max-num-batched-tokens", "8192")]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    report = parse_log(log_of(name) or "")
+    assert f"GPU KV cache size: {report.kv_cache_tokens:,} tokens" in printed["kv_cache_line"]
+    assert printed["kv_cache_line"] == plan_for(model, args).kv_cache_line and printed["exact"]
 
 
 @pytest.mark.parametrize(("name", "model", "args"), REFUSED)
