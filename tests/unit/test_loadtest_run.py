@@ -145,6 +145,7 @@ def test_the_mix_and_the_shared_prefix() -> None:
             "fleet_loadtest_num_requests is 0; it must be a whole number from 1",
         ),
         ({"fleet_loadtest_max_concurrency": 0}, "are both 0: every request would be sent at once"),
+        ({"fleet_loadtest_max_concurrency": -4}, "fleet_loadtest_max_concurrency is -4; give a whole number"),
         (
             {"fleet_loadtest_prefix_share": 1.5},
             "fleet_loadtest_prefix_share is 1.5; it must be a number from 0 to 1",

@@ -21,6 +21,7 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.jsonfile import write_json
 from vllm_fleet.loadtest.benchresult import BenchResult, RequestRecord
 from vllm_fleet.loadtest.workload import Workload, WorkloadRequest, workload_requests
+from vllm_fleet.texttable import fmt, text_table
 from vllm_fleet.verify.metrics import MetricsSummary, summarize_metrics
 
 REPORT_KIND = "vllm-fleet-loadtest"
@@ -307,14 +308,6 @@ def load_reports(report_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return sorted(reports, key=lambda r: (str(r.get("started", "")), str(r["name"])))
 
 
-def _fmt(value: Any, scale: float = 1.0, digits: int = 0, suffix: str = "") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (int, float)):
-        return f"{value * scale:,.{digits}f}{suffix}"
-    return str(value)
-
-
 TABLE_COLUMNS = (
     "load test",
     "result",
@@ -342,14 +335,14 @@ def table_rows(reports: Sequence[Mapping[str, Any]]) -> list[list[str]]:
                 str(data.get("name")),
                 "OK" if data.get("ok") else "FAIL",
                 str(data.get("target")),
-                _fmt((figures.get("completed") or 0) + (figures.get("failed") or 0)),
-                _fmt(figures.get("failed")),
-                _fmt(figures.get("truncated")),
-                f"{_fmt(ttft.get('p50'), digits=1)}/{_fmt(ttft.get('p99'), digits=1)}",
-                f"{_fmt(itl.get('p50'), digits=1)}/{_fmt(itl.get('p99'), digits=1)}",
-                _fmt((figures.get("prefix_cache_hit_rate") or {}).get("value"), 100, 1, "%"),
-                _fmt((figures.get("spec_acceptance_rate") or {}).get("value"), 100, 1, "%"),
-                _fmt(figures.get("request_throughput"), digits=2),
+                fmt((figures.get("completed") or 0) + (figures.get("failed") or 0)),
+                fmt(figures.get("failed")),
+                fmt(figures.get("truncated")),
+                f"{fmt(ttft.get('p50'), digits=1)}/{fmt(ttft.get('p99'), digits=1)}",
+                f"{fmt(itl.get('p50'), digits=1)}/{fmt(itl.get('p99'), digits=1)}",
+                fmt((figures.get("prefix_cache_hit_rate") or {}).get("value"), 100, 1, "%"),
+                fmt((figures.get("spec_acceptance_rate") or {}).get("value"), 100, 1, "%"),
+                fmt(figures.get("request_throughput"), digits=2),
                 ", ".join(missed) or "-",
             ]
         )
@@ -358,13 +351,7 @@ def table_rows(reports: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
 def loadtest_table(reports: Sequence[Mapping[str, Any]]) -> str:
     """A plain-text table, one row per run, with a summary line (the fleet table's load-test part)."""
-    rows = table_rows(reports)
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(TABLE_COLUMNS)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(TABLE_COLUMNS, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    lines = text_table(TABLE_COLUMNS, table_rows(reports))
     lines.append(f"{sum(1 for r in reports if r.get('ok'))}/{len(reports)} load tests met their SLOs")
     return "\n".join(lines)
 
@@ -419,8 +406,8 @@ def compare_text(result: Mapping[str, Any]) -> str:
             f"workload {result['workload']}: {result['a']} (A) vs {result['b']} (B)",
             f"P99 TTFT: A {ttft['a']:.1f} ms, B {ttft['b']:.1f} ms, B - A {ttft['diff']:+.1f} ms{pct}",
             f"failed: A {result['failed']['a']}, B {result['failed']['b']}; prefix-cache hit rate: "
-            f"A {_fmt(result['prefix_cache_hit_rate']['a'], 100, 1, '%')}, "
-            f"B {_fmt(result['prefix_cache_hit_rate']['b'], 100, 1, '%')}",
+            f"A {fmt(result['prefix_cache_hit_rate']['a'], 100, 1, '%')}, "
+            f"B {fmt(result['prefix_cache_hit_rate']['b'], 100, 1, '%')}",
             verdict,
         ]
     )

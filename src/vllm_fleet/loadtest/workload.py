@@ -115,7 +115,9 @@ def workload_from_vars(variables: Mapping[str, Any]) -> Workload:
             f"fleet_loadtest_num_requests is {count!r}; it must be a whole number from 1 to 100000"
         )
     concurrency = variables.get("fleet_loadtest_max_concurrency") or None
-    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0
+    ):
         raise FleetInputError(
             f"fleet_loadtest_max_concurrency is {concurrency!r}; give a whole number of streams, "
             "or 0 for none"

@@ -21,6 +21,7 @@ from typing import Any
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.host import InstancePlan, connect_address
+from vllm_fleet.texttable import fmt, text_table
 from vllm_fleet.verify.logcheck import EXPECTATION_KEYS as LOG_EXPECTATION_KEYS
 from vllm_fleet.verify.logcheck import Check, check_log, parse_log
 from vllm_fleet.verify.metrics import MetricsSummary, summarize_metrics
@@ -944,15 +945,6 @@ def load_reports(report_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return sorted(reports, key=lambda r: (str(r["host"]), str(r["instance"])))
 
 
-def _fmt(value: Any, scale: float = 1.0, digits: int = 0, suffix: str = "") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (int, float)):
-        number = value * scale
-        return f"{number:,.{digits}f}{suffix}"
-    return str(value)
-
-
 LIGHT = "light"
 LIGHT_NOTE = (
     "light: a re-run found the same start of the same plan its full checks passed at, so it sent no test "
@@ -985,11 +977,11 @@ def table_rows(reports: Iterable[Mapping[str, Any]]) -> list[list[str]]:
         log = data.get("log") or {}
         metrics = data.get("metrics") or {}
         failed = [c["name"] for c in data.get("checks", []) if not c.get("ok")]
-        ttft = f"{_fmt(metrics.get('ttft_p50_s'), 1000)}/{_fmt(metrics.get('ttft_p99_s'), 1000)}"
+        ttft = f"{fmt(metrics.get('ttft_p50_s'), 1000)}/{fmt(metrics.get('ttft_p99_s'), 1000)}"
         measured = [
             ttft,
-            _fmt(metrics.get("prefix_cache_hit_rate"), 100, 1, "%"),
-            _fmt(metrics.get("spec_acceptance_rate"), 100, 1, "%"),
+            fmt(metrics.get("prefix_cache_hit_rate"), 100, 1, "%"),
+            fmt(metrics.get("spec_acceptance_rate"), 100, 1, "%"),
         ]
         if _is_light(data):
             measured = [LIGHT] * len(measured)  # no test requests were sent to measure them
@@ -999,11 +991,11 @@ def table_rows(reports: Iterable[Mapping[str, Any]]) -> list[list[str]]:
                 str(data.get("host")),
                 str(data.get("instance")),
                 "OK" if data.get("ok") else "FAIL",
-                _fmt(log.get("kv_cache_tokens")),
-                _fmt(log.get("max_concurrency"), digits=2, suffix="x"),
-                _fmt(log.get("kv_cache_dtype")),
+                fmt(log.get("kv_cache_tokens")),
+                fmt(log.get("max_concurrency"), digits=2, suffix="x"),
+                fmt(log.get("kv_cache_dtype")),
                 *measured,
-                _fmt(restarts),
+                fmt(restarts),
                 ", ".join(failed) or "-",
             ]
         )
@@ -1012,13 +1004,7 @@ def table_rows(reports: Iterable[Mapping[str, Any]]) -> list[list[str]]:
 
 def fleet_table(reports: Sequence[Mapping[str, Any]]) -> str:
     """A plain-text table, one row per host and instance, with a summary line."""
-    rows = table_rows(reports)
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(TABLE_COLUMNS)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(TABLE_COLUMNS, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    lines = text_table(TABLE_COLUMNS, table_rows(reports))
     passed = sum(1 for r in reports if r.get("ok"))
     lines.append(f"{passed}/{len(reports)} instances passed")
     if any(_is_light(r) for r in reports):
