@@ -17,6 +17,8 @@ run costs (a row of `ansible.builtin.ping` tasks on one host).
 With --reuse, a lab of that name that is already up and converged is used as it is and left up.
 With --compare-preload, each round also re-runs site.yml without the vllm_fleet_preload callback (only the
 timing callback enabled), so the two are measured side by side on the same machine state.
+It says what it is doing at every step and every 10 s while one runs (issue 32: 175 s without a line), and
+removes its work folder (inventory, reports) at the end; with --keep it leaves both the lab and the folder.
 """
 
 from __future__ import annotations
@@ -26,10 +28,14 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from vllm_fleet.lab import run as lab_run
@@ -43,6 +49,30 @@ ROLE_LINE = re.compile(r"^\s+(.+?) \((\d+) tasks?\)\s+([\d.]+) s$")
 
 # ansible.cfg's callbacks without vllm_fleet_preload (the environment overrides the file)
 WITHOUT_PRELOAD = {"ANSIBLE_CALLBACKS_ENABLED": "vllm_fleet.serving.vllm_fleet_timing"}
+
+
+HEARTBEAT_S = 10.0
+
+
+@contextmanager
+def saying(what: str) -> Iterator[None]:
+    """Print what the benchmark starts, then every HEARTBEAT_S how long it has been at it: a step takes
+    minutes (a lab up, a converge) and its output is captured for the figures."""
+    started = time.monotonic()
+    print(f"rerun_cost: {what} ...", flush=True)
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            print(f"rerun_cost: {what}: {time.monotonic() - started:.0f} s", flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def run(
@@ -176,7 +206,26 @@ def main() -> int:
     args = parser.parse_args()
     sizes = sorted({int(n) for n in args.hosts.split(",")})
     names = [f"{args.name}-{i}" for i in range(1, max(sizes) + 1)]
+    if args.reuse and lab_run.status(args.name)["status"] != "up":
+        # site.yml would bring it up and install vLLM on it: minutes that are not what --reuse asked for
+        print(f"rerun_cost: --reuse: lab {args.name} is not up; run without --reuse to bring it up")
+        return 2
+    # a SIGTERM (timeout, CI) ends the run through the finally below: the lab down, the work folder removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="rerun-bench-"))
+    kept = " (kept: --keep)" if args.keep else " (removed at the end)"
+    print(f"rerun_cost: lab {args.name}, {max(sizes)} host(s); work folder {work}{kept}", flush=True)
+    try:
+        return _measure(args, sizes, names, work)
+    finally:
+        if not (args.keep or args.reuse):
+            with saying(f"taking lab {args.name} down"):
+                run([CLI, "lab", "down", "--name", args.name], 600)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, sizes: list[int], names: list[str], work: Path) -> int:
     inventory = work / "inventory"
     (inventory / "group_vars" / "lab").mkdir(parents=True)
     shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
@@ -185,26 +234,27 @@ def main() -> int:
     if args.reuse:
         lab_run.write_inventory(lab.plan_lab(args.name, names, lab.lab_root()), inventory / "hosts.yml", True)
     else:
-        up = run([*lab_up, "--inventory", str(inventory / "hosts.yml")], 3600)
+        with saying(f"bringing lab {args.name} up (the first `lab up` also builds the lab caches: minutes)"):
+            up = run([*lab_up, "--inventory", str(inventory / "hosts.yml")], 3600)
         if up.returncode != 0:
             print(up.stdout[-2000:], up.stderr[-2000:])
             return 1
     reports = work / "reports"
-    try:
-        if not args.reuse:
+    if not args.reuse:
+        with saying(f"converging {max(sizes)} host(s) with site.yml (not timed)"):
             wall, proc = site(inventory, reports, names)
-            if proc.returncode != 0:
-                print(f"converging {max(sizes)} hosts failed:\n{proc.stdout[-5000:]}")
-                return 1
-            print(f"converge {max(sizes)} hosts: {wall:.0f} s (not part of the figures)")
-        rerun(inventory, reports, names)  # settle: the first light verify after a converge
-        setups: dict[int, list[float]] = {n: [] for n in sizes}
-        reruns: dict[int, list[tuple[float, dict[str, float], tuple[float, float], int]]] = {
-            n: [] for n in sizes
-        }
-        unloaded: dict[int, list[float]] = {n: [] for n in sizes}
-        for round_ in range(1, args.rounds + 1):
-            for n in sizes:
+        if proc.returncode != 0:
+            print(f"converging {max(sizes)} hosts failed:\n{proc.stdout[-5000:]}")
+            return 1
+        print(f"converge {max(sizes)} hosts: {wall:.0f} s (not part of the figures)")
+    with saying("settling re-run (the first light verify after a converge, not timed)"):
+        rerun(inventory, reports, names)
+    setups: dict[int, list[float]] = {n: [] for n in sizes}
+    reruns: dict[int, list[tuple[float, dict[str, float], tuple[float, float], int]]] = {n: [] for n in sizes}
+    unloaded: dict[int, list[float]] = {n: [] for n in sizes}
+    for round_ in range(1, args.rounds + 1):
+        for n in sizes:
+            with saying(f"round {round_} of {args.rounds}, {n} host(s): ansible -m setup, then the re-run"):
                 setups[n].append(setup(inventory, names[:n]))
                 reruns[n].append(rerun(inventory, reports, names[:n]))
                 wall = reruns[n][-1][0]
@@ -212,11 +262,9 @@ def main() -> int:
                 if args.compare_preload:
                     unloaded[n].append(rerun(inventory, reports, names[:n], WITHOUT_PRELOAD)[0])
                     line += f", without preload {unloaded[n][-1]:5.1f} s"
-                print(line, flush=True)
+            print(line, flush=True)
+    with saying(f"{MODULE_RUNS} x ansible.builtin.ping on {names[0]}"):
         module_cost = module_run_cost(inventory, work, names[0])
-    finally:
-        if not (args.keep or args.reuse):
-            run([CLI, "lab", "down", "--name", args.name], 600)
     load = os.getloadavg()
     print(f"\n{os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
     best = {n: min(reruns[n], key=lambda item: item[0]) for n in sizes}

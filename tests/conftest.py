@@ -12,7 +12,7 @@ venvs and wheelhouses) are the project's own, under ~/.cache/vllm-fleet (`vllm_f
 UV_CACHE_DIR / PIP_CACHE_DIR are set: `vllm-fleet lab clean --all` removes them without touching the user's.
 
 While tests run, the process that prints the results also prints which tests are still running whenever it
-printed nothing for 20 s (tests/unit/heartbeat.py): a lab test runs for minutes, and a run should never look
+printed nothing for 14 s (tests/unit/heartbeat.py): a lab test runs for minutes, and a run should never look
 hung (issue 20).
 """
 

@@ -58,7 +58,7 @@ options:
       - Seconds between the progress lines printed while waiting (seconds waited of the timeout, unit state,
         /health, the last line vLLM logged); 0 prints none.
     type: int
-    default: 30
+    default: 10
   report_dir:
     description:
       - Where vllm_fleet_logcheck keeps the instance's last report; read to decide O(full_checks).

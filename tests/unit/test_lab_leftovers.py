@@ -68,3 +68,18 @@ def test_every_machine_path_the_project_names_is_on_the_list() -> None:
     listed = {str(p) for p in leftovers({}).paths()}
     assert named and named <= listed, named - listed
 
+
+
+def test_lab_clean_empties_a_lab_root_of_its_caches_and_counts_their_bytes(tmp_path: Path) -> None:
+    # `lab clean` (no --all) on a lab root of its own with no lab in it: the cached artefacts go, a link to
+    # another root's artefact is removed without following it, and the empty root itself goes too
+    from vllm_fleet.lab.run import clean
+
+    root, elsewhere = tmp_path / "lab-root", tmp_path / "another-root-artefact"
+    _fill(root / "cache" / "rootfs-x", 3000)
+    _fill(elsewhere, 5000)
+    (root / "cache" / "installed-y").symlink_to(elsewhere)
+    result = clean(root=root)
+    assert result["labs"] == [] and result["root_removed"] and not root.exists()
+    assert result["bytes_freed"] == 3000 + len(str(elsewhere))  # the link's own size, not its target's
+    assert (elsewhere / "data").stat().st_size == 5000

@@ -475,6 +475,7 @@ def _build_wheelhouse(dest: Path, package: str, version: str, progress: OnProgre
             "download",
             "--progress-bar",
             "off",
+            "--no-cache-dir",  # the wheelhouse is the cache: a second copy in ~/.cache/pip is left behind
             "--only-binary=:all:",
             "--dest",
             str(dest),
