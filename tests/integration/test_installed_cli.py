@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, int]] = {
         0,
     ),
     "monitoring": ("monitoring --inventory {examples}/seed-4x4090 --out out", 0),
+    "gateway": ("gateway --inventory {examples}/seed-4x4090 --out out", 0),
     "verify": (
         "verify --plan {h200-run}/plan.json --log {h200-run}/vllm.until-stop.log "
         "--replay {h200-run}/answers.json --host h200",
@@ -59,6 +60,7 @@ COMMANDS: dict[str, tuple[str, int]] = {
 # commands that act on hosts: from the wheel only their --help here, the real runs are elsewhere
 NEEDS_A_FLEET = {
     "lab": "tests/integration/test_lab.py (root, systemd-nspawn)",
+    "loadtest": "tests/integration/test_loadtest_lab.py (-i, a lab host's vLLM); tests/unit/test_cli_loadtest.py",
     "rollout": "tests/integration/test_collection_lab.py's wheel venv; tests/unit/test_collection.py finds "
     "the installed rollout.yml",
 }
