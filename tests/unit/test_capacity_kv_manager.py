@@ -172,3 +172,58 @@ def test_cpu_before_0_11_1_depends_on_ipex_and_says_so() -> None:
     assert size == 128 and "intel_extension_for_pytorch" in note
     with pytest.raises(FleetInputError, match="--device: 'TPU'"):
         default_block_size("TPU", "0.26.0")
+
+
+def _oss(version: str, **kwargs: Any) -> Any:
+    common: dict[str, Any] = {
+        "tensor_parallel_size": 1,
+        "kv_cache_dtype": "auto",
+        "max_model_len": 131_072,
+        "kv_bytes_per_gpu": 4 * GIB,
+        "max_num_batched_tokens": 8192,
+    }
+    return plan_capacity(config("gpt-oss-20b"), vllm_version=version, **common | kwargs)
+
+
+def test_the_cpu_offload_tier_turns_the_hybrid_manager_off_before_0_22() -> None:
+    """--kv-transfer-config (what render adds for vllm_service_kv_offload_cpu_bytes) turns the hybrid manager
+    off before 0.22.0; from 0.22.0 the OffloadingConnector is SupportsHMA and it stays on."""
+    plain, offload = _oss("0.20.0"), _oss("0.20.0", kv_transfer=True)
+    page = 16 * 8 * 64 * 2 * 2  # 8 KV heads x 64, K and V, bf16
+    assert offload.num_gpu_blocks == 4 * GIB // (24 * page)  # one group of every layer
+    assert offload.blocks_per_request == 131_072 // 16
+    assert plain.num_gpu_blocks == 4 * GIB // (12 * page)
+    assert any("--kv-transfer-config" in note for note in offload.notes)
+    assert _oss("0.22.0", kv_transfer=True).blocks_per_request == _oss("0.22.0").blocks_per_request
+    forced = _oss("0.26.0", disable_hybrid_kv_cache_manager=True)
+    assert forced.blocks_per_request == 131_072 // 16
+
+
+def test_a_mamba_hybrid_without_the_hybrid_manager_is_a_refusal() -> None:
+    plan = plan_capacity(
+        config("granite-4.0-h-350m"),
+        tensor_parallel_size=1,
+        kv_cache_dtype="auto",
+        max_model_len=32_768,
+        kv_bytes_per_gpu=2 * GIB,
+        kv_transfer=True,
+        vllm_version="0.20.0",
+    )
+    assert any(w.startswith("vLLM refuses to start this hybrid") for w in plan.warnings)
+
+
+def test_the_cpu_backend_before_0_10_2_has_no_hybrid_manager() -> None:
+    assert hybrid_manager("0.10.1", chunked_local=False, env={}, device="CPU")[0] is False
+    assert hybrid_manager("0.10.2", chunked_local=False, env={}, device="CPU")[0] is True
+
+
+def test_extra_args_switch_the_hybrid_manager() -> None:
+    from vllm_fleet import flags
+    from vllm_fleet.render.extra_args import plan_flags
+
+    release = flags.release("0.26.0")
+    assert plan_flags(["--disable-hybrid-kv-cache-manager"], release).capacity_args() == {
+        "disable_hybrid_kv_cache_manager": True
+    }
+    off = plan_flags(["--no-disable-hybrid-kv-cache-manager", "--block-size", "32"], release)
+    assert off.capacity_args() == {"disable_hybrid_kv_cache_manager": False, "block_size": 32}

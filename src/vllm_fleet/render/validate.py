@@ -563,6 +563,7 @@ def _capacity_rules(
             device="CPU" if view["device"] == "cpu" else "GPU",  # the layout says cpu, gpu or cuda
             # the unit's environment: the layout's, then vllm_service_extra_env (plan.build.instance_plan)
             env={**view["env"], **spec.extra_env},
+            kv_transfer=spec.kv_offload_cpu_bytes is not None,  # render adds --kv-transfer-config then
             # the serve flags without a variable that vllm_service_extra_args may carry (extra_args.py)
             **plan_args.capacity_args(),
         )
