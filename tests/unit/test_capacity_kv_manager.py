@@ -64,10 +64,9 @@ def test_vllm_0_12_sizes_chunked_layers_as_full_attention_unless_the_variable_sa
         4 * blocks / (blocks + 3 * 1024), rel=1e-3
     )
     assert any("switches the hybrid KV-cache manager off" in note for note in off.notes)
-    # off, every layer is full attention, which real 0.10.1-0.32.0 logs reproduce; on, no real log of
-    # chunked-local attention under the hybrid manager is here: approximate, and it says so
-    assert off.exact
-    assert not on.exact
+    # no real log of Llama 4 is here, with or without the hybrid manager: approximate both, and said why
+    assert not off.exact and not on.exact
+    assert any("sized as full attention" in r for r in off.approximate_because)
     assert any("chunked-local attention under the hybrid" in r for r in on.approximate_because)
 
 

@@ -359,7 +359,7 @@ def _older_than(vllm_version: str, release: str) -> bool:
 
 
 def _features(
-    shape: KvShape, pp: int, dcp: int, mamba_cache_mode: str, prefix_off_by_model: bool
+    shape: KvShape, pp: int, dcp: int, mamba_cache_mode: str, prefix_off_by_model: bool, unified: bool
 ) -> list[str]:
     """What the plan counts, in the terms of `proven.PROVEN`: the layer kinds and the ways of counting."""
     kinds = list(dict.fromkeys(shape.layer_kinds or ("full",)))
@@ -374,6 +374,8 @@ def _features(
         features.append("mamba_cache_all")
     if prefix_off_by_model:
         features.append("prefix_caching_off_by_model")
+    if unified:
+        features.append("unified_as_full_attention")
     return features
 
 
@@ -468,6 +470,7 @@ def plan_capacity(
         )
     warnings: list[str] = [block_note] if block_note else []
     notes = list(shape.notes)
+    unified = False
     if shape.mixes_attention_kinds or shape.linear is not None:
         hybrid_on, why = kv_manager.hybrid_manager(
             release,
@@ -487,6 +490,7 @@ def plan_capacity(
         elif not hybrid_on:
             notes.append(f"every attention layer keeps the whole request: {why}")
             shape = shape.as_full_attention()
+            unified = True
     kept, why = kv_manager.prefix_caching_kept(
         enable_prefix_caching, release, shape.architectures, hybrid=shape.linear is not None
     )
@@ -637,7 +641,7 @@ def plan_capacity(
         avg_concurrency = num_blocks / blocks_needed(avg_input_len)
 
     approximate = proven.unproven(
-        _features(shape, pipeline_parallel_size, dcp, mamba_cache_mode, prefix_off_by_model), release
+        _features(shape, pipeline_parallel_size, dcp, mamba_cache_mode, prefix_off_by_model, unified), release
     )
     if approximate:
         warnings.append("approximate: " + "; ".join(approximate))
