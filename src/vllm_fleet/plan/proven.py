@@ -6,10 +6,10 @@
 A feature is a layer kind the plan counts (`full`, `sliding`, `linear`, `mamba`, `mamba1`, `kda`) or a way of
 counting (`attention_sinks`, `pipeline`, `decode_context_parallel`, `mamba_cache_all`,
 `chunked_local_hybrid`, `prefix_caching_off_by_model`, `unified_as_full_attention`). A release between the
-first and the last release of one row counts as proven: the planner's release gates (`flags.BEHAVIOURS`, capacity's in-flight batches,
-kv_manager's) mark every change it knows of inside a row, and a row is only drawn across a gate when real
-logs on both sides of it are reproduced. Outside every row the plan is approximate, and verify judges its
-figures as a warning with both numbers, never as a failure (issue 34).
+first and the last release of one row counts as proven: the planner's release gates (`flags.BEHAVIOURS`,
+capacity's in-flight batches, kv_manager's) mark every change it knows of inside a row, and a row is only
+drawn across a gate when real logs on both sides of it are reproduced. Outside every row the plan is
+approximate, and verify judges its figures as a warning with both numbers, never as a failure (issue 34).
 
 Every fixture named here is read by a test that asserts the planner's line equals vLLM's
 (tests/unit/test_capacity*.py, tests/unit/test_capacity_both_paths.py).
