@@ -178,3 +178,14 @@ def test_every_fixture_log_with_a_kv_line_runs_both_paths_or_says_why_not() -> N
     ]
     assert loose == [], "add each to a runs.tsv row (or, with the reason, to vllm-logs/not-both-paths.tsv)"
     assert len(covered) >= 15  # the families' 12 served runs and the public logs of vllm-logs/runs.tsv
+
+
+def test_every_proven_range_names_fixtures_that_exist_and_catalogued_releases() -> None:
+    from vllm_fleet import flags
+    from vllm_fleet.plan.proven import PROVEN
+
+    for proof in PROVEN:
+        assert {proof.first, proof.last} <= set(flags.catalogued_versions()), proof
+        assert flags.release_key(proof.first) <= flags.release_key(proof.last), proof
+        for fixture in proof.fixtures:
+            assert (FIXTURES / fixture).exists(), (proof.feature, fixture)
