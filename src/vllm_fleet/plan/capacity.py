@@ -29,6 +29,9 @@ How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_ca
   0.28.0 (always "align"); without prefix caching the mode is "none".
 - vLLM >= 0.20.1 reports `tokens = int(num_blocks / blocks_per_request * max_model_len)` (group-aware); older
   releases report `num_blocks // num_groups * block_size`. Concurrency is `num_blocks / blocks_per_request`.
+- What the KV-cache manager of the release decides before that (default block size per device, the hybrid
+  manager on or off, prefix caching a model does not support) is `plan.kv_manager`'s; whether real logs of
+  the release prove the result is `plan.proven`'s, and the plan says `exact: false` where they do not.
 """
 
 from __future__ import annotations
