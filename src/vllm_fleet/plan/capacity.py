@@ -267,6 +267,7 @@ class CapacityPlan:
     expectations: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    chunked_local_layers: int = 0  # as vLLM sizes them: 0 when the hybrid manager is off (full attention)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -697,6 +698,7 @@ def plan_capacity(
         expectations=expectations,
         warnings=warnings,
         notes=notes,
+        chunked_local_layers=shape.chunked_local_layers,
     )
 
 
@@ -704,8 +706,9 @@ def format_plan(plan: CapacityPlan) -> str:
     """The human-readable report of `vllm-fleet plan`."""
     rows = [
         f"model type            {plan.model_type} ({plan.full_attention_layers} full-attention, "
-        f"{plan.sliding_window_layers} sliding-window, {plan.linear_attention_layers} linear-attention "
-        f"layers)",
+        f"{plan.sliding_window_layers} sliding-window, "
+        + (f"{plan.chunked_local_layers} chunked-local, " if plan.chunked_local_layers else "")
+        + f"{plan.linear_attention_layers} linear-attention layers)",
         f"KV per token          {format_count(plan.kv_bytes_per_token)} B whole model, "
         f"{format_count(plan.kv_bytes_per_token_per_gpu)} B per GPU "
         f"({plan.kv_heads_per_gpu} KV heads per GPU, {plan.kv_cache_dtype} = {plan.kv_dtype_bytes} B)",
