@@ -19,6 +19,7 @@ from vllm_fleet.plan.capacity import KvShape, plan_capacity
 from vllm_fleet.plan.kv_manager import CHUNKED_LOCAL_ENV, default_block_size, hybrid_manager
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+FIXTURES_LOGS = MODELS.parent / "vllm-logs"
 GIB = 2**30
 
 
@@ -226,3 +227,23 @@ def test_extra_args_switch_the_hybrid_manager() -> None:
     }
     off = plan_flags(["--no-disable-hybrid-kv-cache-manager", "--block-size", "32"], release)
     assert off.capacity_args() == {"disable_hybrid_kv_cache_manager": False, "block_size": 32}
+
+
+def test_the_llama4_scout_figures_a_public_h200_readme_quotes_from_vllm_0_12() -> None:
+    """tests/fixtures/vllm-logs/doc-v0.12.0-llama4-scout-tp8-h200-hybrid-readme.md: vLLM 0.12.0, TP 8 on H200,
+    fp8_e4m3, max_model_len 10,000,000, 89.71 GiB of KV per GPU, the hybrid manager on through the variable:
+    7,838,976 tokens and 3.12x (8,192 batched tokens, vLLM 0.12's default for the API server on an H200).
+    Without the variable the same pool holds a quarter of the requests: the issue's 0.47x-for-1.86x gap. A
+    README's quotes are not a log, so the plan stays approximate (plan.proven has no row for it)."""
+    quoted = (FIXTURES_LOGS / "doc-v0.12.0-llama4-scout-tp8-h200-hybrid-readme.md").read_text()
+    assert "**7,838,976 tokens**" in quoted and "**3.12x**" in quoted and "**89.71 GiB**" in quoted
+    kwargs: dict[str, Any] = {
+        "kv_cache_dtype": "fp8_e4m3",
+        "max_model_len": 10_000_000,
+        "kv_bytes_per_gpu": int(89.71 * GIB),
+    }
+    on = scout("0.12.0", env={CHUNKED_LOCAL_ENV: "1"}, **kwargs)
+    assert (on.gpu_kv_tokens, f"{on.max_concurrency:.2f}") == (7_838_976, "3.12")
+    off = scout("0.12.0", **kwargs)
+    assert (off.gpu_kv_tokens, f"{off.max_concurrency:.2f}") == (7_838_976, "0.78")
+    assert not on.exact
