@@ -77,7 +77,6 @@ def test_the_variable_defaults_to_1_from_0_14_and_0_10_0_keeps_the_hybrid_manage
     assert hybrid_manager("0.13.0", chunked_local=True, env={})[0] is False
     assert hybrid_manager("0.10.0", chunked_local=True, env={CHUNKED_LOCAL_ENV: "0"})[0] is True
     assert hybrid_manager("0.12.0", chunked_local=False, env={})[0] is True
-    assert hybrid_manager("0.26.0", chunked_local=True, env={}, speculative_eagle=True)[0] is False
     # in the plan: 0.26.0 keeps the hybrid manager unless told 0, and a chunk per group holds more requests
     assert scout("0.26.0").max_concurrency > 3 * scout("0.26.0", env={CHUNKED_LOCAL_ENV: "0"}).max_concurrency
 

@@ -2,8 +2,7 @@
 them.
 
     default_block_size(device, vllm_version) -> (int, note)
-    hybrid_manager(vllm_version, *, chunked_local, env, device, kv_transfer, disabled, speculative_eagle)
-        -> (on, why)
+    hybrid_manager(vllm_version, *, chunked_local, env, device, kv_transfer, disabled) -> (on, why)
     prefix_caching_kept(asked, vllm_version, architectures, hybrid) -> (bool | None, why)
     default_mamba_cache_mode(enable_prefix_caching, vllm_version, architectures) -> str
     env_flag(env, name, default) -> bool
@@ -49,7 +48,7 @@ _DEFAULT_BLOCK_SIZES = {
 _CPU_128_WITHOUT_IPEX_FROM = "0.11.1"
 CHUNKED_LOCAL_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 # `VllmConfig.__post_init__` (vllm/config.py 0.10.0): the hybrid manager stays on for chunked-local attention
-# (Llama 4) unless speculative decoding uses EAGLE. From 0.10.1 it is switched off unless CHUNKED_LOCAL_ENV is
+# (Llama 4) unless speculative decoding uses EAGLE (not followed, see hybrid_manager). From 0.10.1 it is switched off unless CHUNKED_LOCAL_ENV is
 # 1 ("There is a latency regression when using chunked local attention with the hybrid KV cache manager",
 # vllm/config/vllm.py 0.12.0), and from 0.14.0 that variable defaults to 1 (vllm/envs.py 0.14.0: `"1"`).
 _CHUNKED_LOCAL_ENV_FROM = "0.10.1"
@@ -121,11 +120,14 @@ def hybrid_manager(
     device: str = "GPU",
     kv_transfer: bool = False,
     disabled: bool | None = None,
-    speculative_eagle: bool = False,
 ) -> tuple[bool, str]:
     """Whether vLLM keeps the hybrid KV-cache manager (`VllmConfig.__post_init__`). Off, a model mixing
     full attention with sliding-window or chunked-local layers is sized as full attention in every layer
-    (`unify_hybrid_kv_cache_specs`), and a Mamba / linear-attention hybrid cannot start."""
+    (`unify_hybrid_kv_cache_specs`), and a Mamba / linear-attention hybrid cannot start.
+
+    Not followed: vLLM also turns it off for chunked-local attention with an EAGLE-family drafter
+    (`speculative_config.use_eagle()`, whose methods change from release to release); such a plan keeps the
+    manager on and is approximate anyway (no Llama 4 log proves it)."""
     if disabled:
         return False, "--disable-hybrid-kv-cache-manager in vllm_service_extra_args"
     if device.upper() == "CPU" and _before(vllm_version, _HYBRID_MANAGER_ON_CPU_FROM):
@@ -137,8 +139,6 @@ def hybrid_manager(
         )
     if not chunked_local:
         return True, ""
-    if speculative_eagle:
-        return False, "the hybrid KV-cache manager is off with chunked-local attention and EAGLE (vLLM)"
     if _before(vllm_version, _CHUNKED_LOCAL_ENV_FROM):
         return True, ""
     default = not _before(vllm_version, _CHUNKED_LOCAL_ENV_DEFAULT_ON_FROM)
