@@ -48,9 +48,10 @@ _DEFAULT_BLOCK_SIZES = {
 _CPU_128_WITHOUT_IPEX_FROM = "0.11.1"
 CHUNKED_LOCAL_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 # `VllmConfig.__post_init__` (vllm/config.py 0.10.0): the hybrid manager stays on for chunked-local attention
-# (Llama 4) unless speculative decoding uses EAGLE (not followed, see hybrid_manager). From 0.10.1 it is switched off unless CHUNKED_LOCAL_ENV is
-# 1 ("There is a latency regression when using chunked local attention with the hybrid KV cache manager",
-# vllm/config/vllm.py 0.12.0), and from 0.14.0 that variable defaults to 1 (vllm/envs.py 0.14.0: `"1"`).
+# (Llama 4) unless speculative decoding uses EAGLE (not followed, see hybrid_manager). From 0.10.1 it is
+# switched off unless CHUNKED_LOCAL_ENV is 1 ("There is a latency regression when using chunked local
+# attention with the hybrid KV cache manager", vllm/config/vllm.py 0.12.0), and from 0.14.0 that variable
+# defaults to 1 (vllm/envs.py 0.14.0: `"1"`).
 _CHUNKED_LOCAL_ENV_FROM = "0.10.1"
 _CHUNKED_LOCAL_ENV_DEFAULT_ON_FROM = "0.14.0"
 # Before 0.22.0 any --kv-transfer-config turns the hybrid manager off ("Turning off hybrid kv cache manager
