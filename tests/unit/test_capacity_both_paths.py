@@ -60,7 +60,8 @@ def runs() -> list[Any]:
                 continue  # never started, or refused before sizing the cache
             release = first if re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", first) else None
             rel = str(log.relative_to(FIXTURES))
-            found.append(pytest.param(log, release, model, shlex.split(args), id=rel))
+            # run-on-gpu.sh passes the column unquoted: split on blanks, quotes kept (a JSON value stays JSON)
+            found.append(pytest.param(log, release, model, shlex.split(args, posix=False), id=rel))
     return found
 
 
@@ -102,6 +103,8 @@ def _render_vars(flags: dict[str, str]) -> dict[str, Any]:
         variables["vllm_service_enable_prefix_caching"] = True
     if "--block-size" in flags:
         variables["vllm_service_extra_args"] = ["--block-size", flags["--block-size"]]
+    if "--hf-overrides" in flags:
+        variables["vllm_service_hf_overrides"] = json.loads(flags["--hf-overrides"])
     return variables
 
 
@@ -110,7 +113,7 @@ def _plan_argv(flags: dict[str, str], config: Path, release: str, device: str) -
     argv += ["--max-model-len", flags["--max-model-len"]]
     argv += ["--kv-cache-memory-bytes", str(_size(flags["--kv-cache-memory-bytes"]))]
     argv += ["--tensor-parallel-size", flags.get("--tensor-parallel-size", "1")]
-    for flag in ("--kv-cache-dtype", "--max-num-batched-tokens", "--block-size"):
+    for flag in ("--kv-cache-dtype", "--max-num-batched-tokens", "--block-size", "--hf-overrides"):
         if flag in flags:
             argv += [flag, flags[flag]]
     if "--enable-prefix-caching" in flags:
@@ -175,3 +178,14 @@ def test_every_fixture_log_with_a_kv_line_runs_both_paths_or_says_why_not() -> N
     ]
     assert loose == [], "add each to a runs.tsv row (or, with the reason, to vllm-logs/not-both-paths.tsv)"
     assert len(covered) >= 15  # the families' 12 served runs and the public logs of vllm-logs/runs.tsv
+
+
+def test_every_proven_range_names_fixtures_that_exist_and_catalogued_releases() -> None:
+    from vllm_fleet import flags
+    from vllm_fleet.plan.proven import PROVEN
+
+    for proof in PROVEN:
+        assert {proof.first, proof.last} <= set(flags.catalogued_versions()), proof
+        assert flags.release_key(proof.first) <= flags.release_key(proof.last), proof
+        for fixture in proof.fixtures:
+            assert (FIXTURES / fixture).exists(), (proof.feature, fixture)

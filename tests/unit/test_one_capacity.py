@@ -46,8 +46,10 @@ VARS = {
 }
 
 
-def _render(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> tuple[int, str, str]:
-    (tmp_path / "vars.yml").write_text(yaml.safe_dump(VARS), encoding="utf-8")
+def _render(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, **extra: Any
+) -> tuple[int, str, str]:
+    (tmp_path / "vars.yml").write_text(yaml.safe_dump({**VARS, **extra}), encoding="utf-8")
     (tmp_path / "config.json").write_text(json.dumps(GEMMA3_4B), encoding="utf-8")
     argv = ["render", "--vars", str(tmp_path / "vars.yml"), "--model-config", str(tmp_path / "config.json")]
     code = main([*argv, "--vllm-version", version, "--json"])
@@ -130,3 +132,20 @@ def test_verify_fails_an_exact_plan_that_is_off() -> None:
     assert {c.name for c in report.failed()} == {"kv_cache_tokens", "max_concurrency"}
     assert warning_lines(report) == []
     assert _lab_report(1_048_576, exact=False).ok and warning_lines(_lab_report(1_048_576, exact=False)) == []
+
+
+def test_hf_overrides_reach_the_capacity_on_both_paths(tmp_path: Path, capsys) -> None:
+    """vLLM sizes the config after --hf-overrides: a window of 512 instead of Gemma's 1024 is fewer blocks
+    per sliding group; render (vllm_service_hf_overrides) and plan (--hf-overrides) both see it."""
+    base = json.loads(_render(tmp_path, capsys, "0.26.0")[1])["expectations"]
+    code, out, _ = _render(tmp_path, capsys, "0.26.0", vllm_service_hf_overrides={"sliding_window": 512})
+    smaller = json.loads(out)["expectations"]
+    assert code == 0 and smaller["capacity"]["blocks_per_request"] < base["capacity"]["blocks_per_request"]
+    argv = ["plan", "--model-config", str(tmp_path / "config.json"), "--max-model-len", "32768"]
+    argv += ["--kv-cache-memory-bytes", str(4 * 2**30), "--max-num-batched-tokens", "8192"]
+    argv += ["--vllm-version", "0.26.0", "--hf-overrides", '{"sliding_window": 512}', "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["gpu_kv_tokens"] == smaller["kv_cache_tokens"] and plan["max_concurrency"] > 1.53
+    assert main([*argv[:-3], "--hf-overrides", "[1]"]) == 2
+    assert "--hf-overrides: '[1]' must be a JSON object" in capsys.readouterr().err

@@ -7,6 +7,7 @@ Exit status: 0 with the plan (also when one request of max_model_len does not fi
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.capacity import format_plan, plan_capacity
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
+from vllm_fleet.plan.model import with_hf_overrides
 from vllm_fleet.plan.model_config import parse_model_config, read_model_config_file
 from vllm_fleet.project import project_dir
 from vllm_fleet.sizes import parse_human_int, parse_size
@@ -35,6 +37,21 @@ def _partition(text: str | None) -> list[int] | None:
         raise FleetInputError(
             f"--pp-layer-partition: {text!r} is not a comma-separated list of layer counts such as 16,32"
         ) from exc
+
+
+def _overrides(text: str | None) -> dict[str, Any]:
+    """`--hf-overrides JSON` as vLLM's flag takes it (vllm_service_hf_overrides)."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FleetInputError(
+            f"--hf-overrides: {text!r} is not JSON ({exc.msg}); give e.g. '{{\"sliding_window\": 512}}'"
+        ) from exc
+    if not isinstance(value, dict):
+        raise FleetInputError(f"--hf-overrides: {text!r} must be a JSON object, as vLLM's flag takes it")
+    return value
 
 
 def _env(pairs: list[str] | None) -> dict[str, str]:
@@ -99,7 +116,7 @@ def _handle(args: argparse.Namespace) -> int:
     else:
         kv_bytes = parse_size(args.kv_bytes_per_gpu, "--kv-bytes-per-gpu")
     plan = plan_capacity(
-        load_model_config(args.model_config),
+        with_hf_overrides(load_model_config(args.model_config), _overrides(args.hf_overrides)),
         tensor_parallel_size=parse_human_int(args.tensor_parallel_size, "--tensor-parallel-size"),
         kv_cache_dtype=args.kv_cache_dtype,
         max_model_len=parse_human_int(args.max_model_len, "--max-model-len"),
@@ -215,5 +232,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="vLLM's backend, the word of its log line: GPU or CPU (CPU: 128-token blocks by default)",
     )
     parser.add_argument("--dtype", help="model dtype when not the config's (as vLLM's --dtype)")
+    parser.add_argument(
+        "--hf-overrides",
+        metavar="JSON",
+        help="as vLLM's flag (vllm_service_hf_overrides): keys that replace the config's, e.g. a window",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_handle)

@@ -7,7 +7,8 @@ Public API (the `plan` command and the verify role use it; keep it stable):
                   block_size=None, max_num_batched_tokens=None, avg_input_len=None, vllm_version=None,
                   num_speculative_tokens=0, mamba_cache_mode=None, enable_prefix_caching=None, device="GPU",
                   dtype=None, pipeline_parallel_size=1, decode_context_parallel_size=1,
-                  pp_layer_partition=None, env=None)
+                  pp_layer_partition=None, env=None, kv_transfer=False,
+                  disable_hybrid_kv_cache_manager=None)
         -> CapacityPlan          # the one capacity function: every path calls it (issue 34)
     default_mamba_cache_mode(enable_prefix_caching, vllm_version, architectures) -> str
     CapacityPlan.to_dict()   # the JSON of `vllm-fleet plan --json` (DESIGN §4)
@@ -28,6 +29,9 @@ How vLLM counts (vllm-facts §4; checked against real logs in tests/unit/test_ca
   0.28.0 (always "align"); without prefix caching the mode is "none".
 - vLLM >= 0.20.1 reports `tokens = int(num_blocks / blocks_per_request * max_model_len)` (group-aware); older
   releases report `num_blocks // num_groups * block_size`. Concurrency is `num_blocks / blocks_per_request`.
+- What the KV-cache manager of the release decides before that (default block size per device, the hybrid
+  manager on or off, prefix caching a model does not support) is `plan.kv_manager`'s; whether real logs of
+  the release prove the result is `plan.proven`'s, and the plan says `exact: false` where they do not.
 """
 
 from __future__ import annotations
@@ -117,15 +121,23 @@ class KvShape:
     def attention_layers(self) -> int:
         return self.full_attention_layers + self.sliding_window_layers + self.chunked_local_layers
 
+    @property
+    def mixes_attention_kinds(self) -> bool:
+        """Full attention beside sliding-window or chunked-local layers: what `unify_hybrid_kv_cache_specs`
+        turns into full attention when the hybrid KV-cache manager is off."""
+        return bool(self.full_attention_layers and (self.sliding_window_layers or self.chunked_local_layers))
+
     def as_full_attention(self) -> KvShape:
-        """The shape vLLM sizes with the hybrid KV-cache manager off: `unify_hybrid_kv_cache_specs` turns
-        every chunked-local layer into a full-attention one (beside full-attention layers)."""
-        if not self.chunked_local_layers or not self.full_attention_layers:
+        """The shape vLLM sizes with the hybrid KV-cache manager off (`unify_hybrid_kv_cache_specs`,
+        vllm/v1/core/kv_cache_utils.py): beside full attention, every sliding-window and chunked-local layer
+        keeps the whole request."""
+        if not self.mixes_attention_kinds:
             return self
-        kinds = tuple("full" if kind == "chunked" else kind for kind in self.layer_kinds)
+        kinds = tuple("full" if kind in ("sliding", "chunked") else kind for kind in self.layer_kinds)
         return replace(
             self,
-            full_attention_layers=self.full_attention_layers + self.chunked_local_layers,
+            full_attention_layers=self.attention_layers,
+            sliding_window_layers=0,
             chunked_local_layers=0,
             layer_kinds=kinds,
         )
@@ -255,6 +267,7 @@ class CapacityPlan:
     expectations: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    chunked_local_layers: int = 0  # as vLLM sizes them: 0 when the hybrid manager is off (full attention)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -350,7 +363,7 @@ def _older_than(vllm_version: str, release: str) -> bool:
 
 
 def _features(
-    shape: KvShape, pp: int, dcp: int, mamba_cache_mode: str, prefix_off_by_model: bool
+    shape: KvShape, pp: int, dcp: int, mamba_cache_mode: str, prefix_off_by_model: bool, unified: bool
 ) -> list[str]:
     """What the plan counts, in the terms of `proven.PROVEN`: the layer kinds and the ways of counting."""
     kinds = list(dict.fromkeys(shape.layer_kinds or ("full",)))
@@ -365,6 +378,8 @@ def _features(
         features.append("mamba_cache_all")
     if prefix_off_by_model:
         features.append("prefix_caching_off_by_model")
+    if unified:
+        features.append("unified_as_full_attention")
     return features
 
 
@@ -410,6 +425,8 @@ def plan_capacity(
     decode_context_parallel_size: int = 1,
     pp_layer_partition: list[int] | None = None,
     env: Mapping[str, str] | None = None,
+    kv_transfer: bool = False,
+    disable_hybrid_kv_cache_manager: bool | None = None,
 ) -> CapacityPlan:
     """Plan one instance's KV cache: the one capacity function (issue 34). `vllm-fleet plan`, render (and so
     preflight, deploy's expectations and verify) and monitoring all get their figures from it, for the release
@@ -417,8 +434,10 @@ def plan_capacity(
     the flag catalog raises FleetInputError with the fix. Every size is per GPU (per TP rank), as vLLM's
     flags are.
 
-    `block_size` None: vLLM's default on `device` (CPU 128, GPU 16). `env`: the service's environment
-    (vllm_service_extra_env), for the variables that steer the KV-cache manager (kv_manager.py).
+    `block_size` None: vLLM's default on `device` for the release (kv_manager.default_block_size). `env`: the
+    service's environment (vllm_service_extra_env), for the variables that steer the KV-cache manager;
+    `kv_transfer`: a --kv-transfer-config is given (the CPU offload tier); `disable_hybrid_kv_cache_manager`:
+    vLLM's flag (None: not given). Those decide whether the hybrid KV-cache manager stays on.
 
     `pipeline_parallel_size` splits the layers into stages the way `get_pp_indices` does (or as
     `pp_layer_partition`, VLLM_PP_LAYER_PARTITION, says); every stage gets `kv_bytes_per_gpu` and the pool
@@ -455,13 +474,27 @@ def plan_capacity(
         )
     warnings: list[str] = [block_note] if block_note else []
     notes = list(shape.notes)
-    hybrid_on, why = kv_manager.hybrid_manager(
-        release, chunked_local=bool(shape.chunked_local_layers), env=env
-    )
-    if why:
-        notes.append(why)
-    if not hybrid_on:
-        shape = shape.as_full_attention()
+    unified = False
+    if shape.mixes_attention_kinds or shape.linear is not None:
+        hybrid_on, why = kv_manager.hybrid_manager(
+            release,
+            chunked_local=bool(shape.chunked_local_layers),
+            env=env,
+            device=device,
+            kv_transfer=kv_transfer,
+            disabled=disable_hybrid_kv_cache_manager,
+        )
+        if hybrid_on and why:
+            notes.append(why)
+        elif not hybrid_on and shape.linear is not None:
+            warnings.append(
+                "vLLM refuses to start this hybrid (Mamba / linear-attention) model without the hybrid "
+                f"KV-cache manager, and {why}; planned as if it were on"
+            )
+        elif not hybrid_on:
+            notes.append(f"every attention layer keeps the whole request: {why}")
+            shape = shape.as_full_attention()
+            unified = True
     kept, why = kv_manager.prefix_caching_kept(
         enable_prefix_caching, release, shape.architectures, hybrid=shape.linear is not None
     )
@@ -612,7 +645,7 @@ def plan_capacity(
         avg_concurrency = num_blocks / blocks_needed(avg_input_len)
 
     approximate = proven.unproven(
-        _features(shape, pipeline_parallel_size, dcp, mamba_cache_mode, prefix_off_by_model), release
+        _features(shape, pipeline_parallel_size, dcp, mamba_cache_mode, prefix_off_by_model, unified), release
     )
     if approximate:
         warnings.append("approximate: " + "; ".join(approximate))
@@ -665,6 +698,7 @@ def plan_capacity(
         expectations=expectations,
         warnings=warnings,
         notes=notes,
+        chunked_local_layers=shape.chunked_local_layers,
     )
 
 
@@ -672,8 +706,9 @@ def format_plan(plan: CapacityPlan) -> str:
     """The human-readable report of `vllm-fleet plan`."""
     rows = [
         f"model type            {plan.model_type} ({plan.full_attention_layers} full-attention, "
-        f"{plan.sliding_window_layers} sliding-window, {plan.linear_attention_layers} linear-attention "
-        f"layers)",
+        f"{plan.sliding_window_layers} sliding-window, "
+        + (f"{plan.chunked_local_layers} chunked-local, " if plan.chunked_local_layers else "")
+        + f"{plan.linear_attention_layers} linear-attention layers)",
         f"KV per token          {format_count(plan.kv_bytes_per_token)} B whole model, "
         f"{format_count(plan.kv_bytes_per_token_per_gpu)} B per GPU "
         f"({plan.kv_heads_per_gpu} KV heads per GPU, {plan.kv_cache_dtype} = {plan.kv_dtype_bytes} B)",

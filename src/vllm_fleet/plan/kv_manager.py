@@ -2,7 +2,7 @@
 them.
 
     default_block_size(device, vllm_version) -> (int, note)
-    hybrid_manager(vllm_version, *, chunked_local, env, speculative_eagle=False) -> (bool, why)
+    hybrid_manager(vllm_version, *, chunked_local, env, device, kv_transfer, disabled) -> (on, why)
     prefix_caching_kept(asked, vllm_version, architectures, hybrid) -> (bool | None, why)
     default_mamba_cache_mode(enable_prefix_caching, vllm_version, architectures) -> str
     env_flag(env, name, default) -> bool
@@ -48,11 +48,20 @@ _DEFAULT_BLOCK_SIZES = {
 _CPU_128_WITHOUT_IPEX_FROM = "0.11.1"
 CHUNKED_LOCAL_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 # `VllmConfig.__post_init__` (vllm/config.py 0.10.0): the hybrid manager stays on for chunked-local attention
-# (Llama 4) unless speculative decoding uses EAGLE. From 0.10.1 it is switched off unless CHUNKED_LOCAL_ENV is
-# 1 ("There is a latency regression when using chunked local attention with the hybrid KV cache manager",
-# vllm/config/vllm.py 0.12.0), and from 0.14.0 that variable defaults to 1 (vllm/envs.py 0.14.0: `"1"`).
+# (Llama 4) unless speculative decoding uses EAGLE (not followed, see hybrid_manager). From 0.10.1 it is
+# switched off unless CHUNKED_LOCAL_ENV is 1 ("There is a latency regression when using chunked local
+# attention with the hybrid KV cache manager", vllm/config/vllm.py 0.12.0), and from 0.14.0 that variable
+# defaults to 1 (vllm/envs.py 0.14.0: `"1"`).
 _CHUNKED_LOCAL_ENV_FROM = "0.10.1"
 _CHUNKED_LOCAL_ENV_DEFAULT_ON_FROM = "0.14.0"
+# Before 0.22.0 any --kv-transfer-config turns the hybrid manager off ("Turning off hybrid kv cache manager
+# because `--kv-transfer-config` is set", vllm/config/vllm.py 0.12.0-0.21.0); from 0.22.0 only a connector
+# without SupportsHMA does (`KVConnectorFactory.supports_hma_config`), and the OffloadingConnector has it
+# (`class OffloadingConnector(KVConnectorBase_V1, SupportsHMA)`, offloading_connector.py 0.22.0).
+_HYBRID_MANAGER_WITH_KV_TRANSFER_FROM = "0.22.0"
+# Before 0.10.2 only CUDA and ROCm keep it (`current_platform.is_cuda() or current_platform.is_rocm()`); from
+# 0.10.2 `CpuPlatform.support_hybrid_kv_cache` returns True.
+_HYBRID_MANAGER_ON_CPU_FROM = "0.10.2"
 # `MambaModelConfig.verify_and_update_config` (vllm/model_executor/models/config.py): before 0.11.1 every
 # hybrid model loses prefix caching ("Hybrid or mamba-based model detected: disabling prefix caching"); from
 # 0.11.1 only models without `supports_mamba_prefix_caching` do ("... without support for prefix caching:
@@ -105,14 +114,32 @@ def _before(vllm_version: str, release: str) -> bool:
 
 
 def hybrid_manager(
-    vllm_version: str, *, chunked_local: bool, env: Mapping[str, str], speculative_eagle: bool = False
+    vllm_version: str,
+    *,
+    chunked_local: bool,
+    env: Mapping[str, str],
+    device: str = "GPU",
+    kv_transfer: bool = False,
+    disabled: bool | None = None,
 ) -> tuple[bool, str]:
-    """Whether vLLM keeps the hybrid KV-cache manager for a model with chunked-local attention. Off, every
-    chunked-local layer is sized as full attention (`unify_hybrid_kv_cache_specs`)."""
+    """Whether vLLM keeps the hybrid KV-cache manager (`VllmConfig.__post_init__`). Off, a model mixing
+    full attention with sliding-window or chunked-local layers is sized as full attention in every layer
+    (`unify_hybrid_kv_cache_specs`), and a Mamba / linear-attention hybrid cannot start.
+
+    Not followed: vLLM also turns it off for chunked-local attention with an EAGLE-family drafter
+    (`speculative_config.use_eagle()`, whose methods change from release to release); such a plan keeps the
+    manager on and is approximate anyway (no Llama 4 log proves it)."""
+    if disabled:
+        return False, "--disable-hybrid-kv-cache-manager in vllm_service_extra_args"
+    if device.upper() == "CPU" and _before(vllm_version, _HYBRID_MANAGER_ON_CPU_FROM):
+        return False, f"vLLM {vllm_version} keeps the hybrid KV-cache manager to CUDA and ROCm"
+    if kv_transfer and _before(vllm_version, _HYBRID_MANAGER_WITH_KV_TRANSFER_FROM):
+        return False, (
+            f"vLLM {vllm_version} turns the hybrid KV-cache manager off for --kv-transfer-config (the CPU "
+            "offload tier, vllm_service_kv_offload_cpu_bytes)"
+        )
     if not chunked_local:
         return True, ""
-    if speculative_eagle:
-        return False, "the hybrid KV-cache manager is off with chunked-local attention and EAGLE (vLLM)"
     if _before(vllm_version, _CHUNKED_LOCAL_ENV_FROM):
         return True, ""
     default = not _before(vllm_version, _CHUNKED_LOCAL_ENV_DEFAULT_ON_FROM)

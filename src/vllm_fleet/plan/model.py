@@ -58,6 +58,20 @@ def _int(cfg: dict[str, Any], names: tuple[str, ...], source: str, default: int 
     )
 
 
+def with_hf_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The config.json vLLM sizes after `--hf-overrides` (vllm_service_hf_overrides): each key replaces the
+    config's, a dict merges into a nested section (`{"text_config": {"sliding_window": 512}}`), as vLLM's
+    ModelConfig applies the overrides to the loaded config before it builds the KV-cache specs."""
+    merged = dict(config)
+    for key, value in overrides.items():
+        current = merged.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            merged[key] = with_hf_overrides(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """Top-level keys overlaid by the language model's own section (multimodal wrappers nest it)."""
     merged = {key: value for key, value in config.items() if not isinstance(value, dict)}

@@ -5,11 +5,11 @@
 
 A feature is a layer kind the plan counts (`full`, `sliding`, `linear`, `mamba`, `mamba1`, `kda`) or a way of
 counting (`attention_sinks`, `pipeline`, `decode_context_parallel`, `mamba_cache_all`,
-`chunked_local_hybrid`, `prefix_caching_off_by_model`). A release between the first and the last release
-of one row counts as proven: the planner's release gates (`flags.BEHAVIOURS`, capacity's in-flight batches,
-kv_manager's) mark every change it knows of inside a row, and a row is only drawn across a gate when real
-logs on both sides of it are reproduced. Outside every row the plan is approximate, and verify judges its
-figures as a warning with both numbers, never as a failure (issue 34).
+`chunked_local_hybrid`, `prefix_caching_off_by_model`, `unified_as_full_attention`). A release between the
+first and the last release of one row counts as proven: the planner's release gates (`flags.BEHAVIOURS`,
+capacity's in-flight batches, kv_manager's) mark every change it knows of inside a row, and a row is only
+drawn across a gate when real logs on both sides of it are reproduced. Outside every row the plan is
+approximate, and verify judges its figures as a warning with both numbers, never as a failure (issue 34).
 
 Every fixture named here is read by a test that asserts the planner's line equals vLLM's
 (tests/unit/test_capacity*.py, tests/unit/test_capacity_both_paths.py).
@@ -93,6 +93,8 @@ _WHAT = {
     "mamba_cache_all": 'mamba_cache_mode "all"',
     "chunked_local_hybrid": "chunked-local attention under the hybrid KV-cache manager",
     "prefix_caching_off_by_model": "prefix caching switched off by the model",
+    "unified_as_full_attention": "sliding-window / chunked-local layers sized as full attention (the hybrid "
+    "KV-cache manager off)",
 }
 
 

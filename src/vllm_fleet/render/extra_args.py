@@ -14,7 +14,9 @@ exactly one flag), the last occurrence winning as in argparse:
   TP x PP x DP GPUs while the layout gives it its TP GPUs only (CUDA_VISIBLE_DEVICES), so vLLM would stop at
   start-up: preflight refuses it (a size of 1 is harmless and read);
 - `--num-gpu-blocks-override`: vLLM then allocates that many blocks whatever the KV memory, so the plan is
-  not made (said in a warning) rather than made wrong.
+  not made (said in a warning) rather than made wrong;
+- `--disable-hybrid-kv-cache-manager` / `--no-disable-hybrid-kv-cache-manager`: passed to the planner (off,
+  vLLM sizes sliding-window and chunked-local layers beside full attention as full attention).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ _INT_DESTS = (
     "num_gpu_blocks_override",
 )
 _TEXT_DESTS = ("mamba_cache_mode",)
-PLAN_DESTS = _INT_DESTS + _TEXT_DESTS
+# switches without a value (`--x` / `--no-x`): whether vLLM keeps the hybrid KV-cache manager
+_BOOL_DESTS = ("disable_hybrid_kv_cache_manager",)
+PLAN_DESTS = _INT_DESTS + _TEXT_DESTS + _BOOL_DESTS
 # every mode the planner knows; a release's catalogued choices narrow it (0.33.0 lists align and none)
 _MAMBA_CACHE_MODES = ("none", "align", "all")
 
@@ -49,9 +53,10 @@ class PlanFlags:
     data_parallel_size: int | None = None
     num_gpu_blocks_override: int | None = None
     mamba_cache_mode: str | None = None
+    disable_hybrid_kv_cache_manager: bool | None = None
     spelled: dict[str, str] = field(default_factory=dict)  # dest -> "word value" as the user wrote it
 
-    def capacity_args(self) -> dict[str, int | str]:
+    def capacity_args(self) -> dict[str, int | str | bool]:
         """The keyword arguments of `plan.capacity.plan_capacity` that extra_args set (the others keep
         plan_capacity's defaults, which are vLLM's)."""
         given = {
@@ -59,6 +64,7 @@ class PlanFlags:
             "mamba_cache_mode": self.mamba_cache_mode,
             "pipeline_parallel_size": self.pipeline_parallel_size,
             "decode_context_parallel_size": self.decode_context_parallel_size,
+            "disable_hybrid_kv_cache_manager": self.disable_hybrid_kv_cache_manager,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -102,7 +108,7 @@ def plan_flags(words: Sequence[str], release: flagcat.Release) -> PlanFlags:
     """The plan's flags among argv words (no program name); a bad value raises FleetInputError naming
     vllm_service_extra_args, the word, the value and the fix. Words of other flags are left to
     `validate.check_args`, which checks every flag against the release's catalog."""
-    found: dict[str, int | str] = {}
+    found: dict[str, int | str | bool] = {}
     spelled: dict[str, str] = {}
     i = 0
     while i < len(words):
@@ -119,6 +125,10 @@ def plan_flags(words: Sequence[str], release: flagcat.Release) -> PlanFlags:
                 i += 1  # its value, which may look like anything but an option
             continue
         shown = word.split("=", 1)[0]
+        if info.dest in _BOOL_DESTS:
+            found[info.dest] = not info.negated
+            spelled[info.dest] = shown
+            continue
         if attached:
             text = word.split("=", 1)[1]
         elif i < len(words) and not looks_like_option(words[i]):

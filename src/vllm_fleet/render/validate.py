@@ -17,7 +17,7 @@ from typing import Any
 
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.plan.model import ModelInfo, text_config
+from vllm_fleet.plan.model import ModelInfo, text_config, with_hf_overrides
 from vllm_fleet.render import extra_args
 from vllm_fleet.render.extra_args import looks_like_option
 from vllm_fleet.render.schema import ServeSpec
@@ -548,7 +548,8 @@ def _capacity_rules(
 
     try:
         plan = plan_capacity(
-            model_config,
+            # vLLM sizes the config after --hf-overrides (a window, a layer count): so does the plan
+            with_hf_overrides(model_config, spec.hf_overrides),
             tensor_parallel_size=tp,
             kv_cache_dtype=spec.kv_cache_dtype or "auto",
             max_model_len=spec.max_model_len,
@@ -563,6 +564,7 @@ def _capacity_rules(
             device="CPU" if view["device"] == "cpu" else "GPU",  # the layout says cpu, gpu or cuda
             # the unit's environment: the layout's, then vllm_service_extra_env (plan.build.instance_plan)
             env={**view["env"], **spec.extra_env},
+            kv_transfer=spec.kv_offload_cpu_bytes is not None,  # render adds --kv-transfer-config then
             # the serve flags without a variable that vllm_service_extra_args may carry (extra_args.py)
             **plan_args.capacity_args(),
         )
