@@ -169,7 +169,13 @@ def cuda_release(value: Any, variable: str, context: Context) -> None:
 
 def driver_branch(value: Any, variable: str, context: Context) -> None:
     if isinstance(value, bool) or not re.fullmatch(r"\d{3}", str(value)):
-        raise _fail(variable, value, "a driver branch", "set a three-digit branch such as '580'")
+        raise _fail(
+            variable,
+            value,
+            "a driver branch",
+            "set a three-digit branch such as '580' (RTX 4090 / Ada needs 525 or newer; open kernel modules "
+            "need 515 or newer)",
+        )
 
 
 def driver_version(value: Any, variable: str, context: Context) -> None:
