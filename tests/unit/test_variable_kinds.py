@@ -178,3 +178,15 @@ def test_plan_inventory_refuses_a_host_by_its_variables_without_planning_it(
         "vllm_service_group",
     ]
     assert "set vllm_install_allow_root_user: true" in plan["errors"][1]
+
+
+def test_a_template_that_cannot_be_rendered_is_named_not_raised(tmp_path: Path) -> None:
+    from vllm_fleet.errors import FleetInputError
+    from vllm_fleet.plan.inventory import plan_inventory
+
+    inventory = tmp_path / "hosts.yml"
+    missing = tmp_path / "no-such-key"
+    host = {"vllm_service_api_key": f"{{{{ lookup('ansible.builtin.file', '{missing}') }}}}"}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"gpu-01": host}}}))
+    with pytest.raises(FleetInputError, match=r"^vllm_service_api_key: its template cannot be rendered \("):
+        plan_inventory(str(inventory), project_dir=ROOT)

@@ -59,8 +59,24 @@ def role_variables(
     own = [n for n in host_vars if isinstance(n, str) and n.startswith(prefixes)]
     merged = {n: v for n, v in defaults.items() if n.startswith(prefixes)}
     merged.update({n: host_vars[n] for n in own})
-    seen = {name: template(value, available) for name, value in merged.items()}
+    seen = {name: _templated(name, value, available, template) for name, value in merged.items()}
     return {n: seen[n] for n in own}, seen
+
+
+def _templated(
+    name: str, value: Any, available: dict[str, Any], template: Callable[[Any, dict[str, Any]], Any]
+) -> Any:
+    """The value as the role sees it; a template that cannot be rendered (a lookup of a missing file, an
+    undefined variable) is refused naming the variable, not raised as a traceback."""
+    from ansible.errors import AnsibleError
+
+    try:
+        return template(value, available)
+    except AnsibleError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FleetInputError(
+            f"{name}: its template cannot be rendered ({reason}); fix the expression or what it reads"
+        ) from exc
 
 
 def _loose(options: Mapping[str, Any]) -> dict[str, Any]:
