@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.inventory import input_errors, role_variables
 
 ARGUMENT_SPEC = {"roles_dir": {"type": "path", "required": True}}
@@ -30,7 +32,10 @@ class ActionModule(ActionBase):
         def template(value, available):
             return self._templar.copy_with_new_env(available_variables=available).template(value)
 
-        given, variables = role_variables(task_vars, roles_dir, template)
+        try:
+            given, variables = role_variables(task_vars, roles_dir, template)
+        except FleetInputError as exc:  # a template that cannot be rendered, named
+            raise AnsibleActionFail(f"vllm_fleet_validate ({host}): {exc}") from exc
         errors = input_errors(host, roles_dir, given, variables, (str(task_vars.get("ansible_host") or ""),))
         result["changed"] = False
         if errors:

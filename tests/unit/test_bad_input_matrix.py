@@ -521,7 +521,7 @@ CASES: list[tuple[str, Callable[[], Any], str, str, str]] = [
         tuning(max_node_fraction=1.5),
         "host_tuning_hugepages_max_node_fraction",
         "1.5",
-        "give e.g. 0.1",
+        "give a number in (0, 1]",
     ),
     (
         "thp-mode",

@@ -6,6 +6,7 @@ tests/unit/test_bad_input_matrix.py with its data in tests/unit/bad_input_cases.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,39 @@ def test_no_value_of_any_kind_raises_anything_but_a_refusal() -> None:
             errors = variable_errors("gpu-01", {**defaults, name: value})
             assert all(isinstance(e, str) and "\n" not in e for e in errors), (name, value, errors)
             assert all("\x1b" not in e and "\x00" not in e for e in errors), (name, value, errors)
+
+
+def test_plan_inventory_refuses_a_host_by_its_variables_without_planning_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vllm-fleet plan --inventory` runs the check preflight runs: a host whose name would leave the report
+    folder and whose install user is root is not planned (no facts are even read), every refusal listed."""
+    from vllm_fleet.cli import main as cli_main
+
+    inventory = tmp_path / "hosts.yml"
+    host = {"vllm_install_user": "root", "gpu_topology_recorded_dir": str(tmp_path / "no-such-folder")}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"../../escape-host": host}}}))
+    assert cli_main(["plan", "--inventory", str(inventory), "--json"]) == 1
+    (plan,) = json.loads(capsys.readouterr().out)["hosts"].values()
+    assert plan["source"] == "not planned" and plan["instances"] == [] and not plan["ok"]
+    named = [e.split(":")[0] for e in plan["errors"]]
+    assert named == [
+        "inventory host name",
+        "vllm_install_user",
+        "vllm_install_group",  # both derive from vllm_install_user
+        "vllm_service_user",
+        "vllm_service_group",
+    ]
+    assert "set vllm_install_allow_root_user: true" in plan["errors"][1]
+
+
+def test_a_template_that_cannot_be_rendered_is_named_not_raised(tmp_path: Path) -> None:
+    from vllm_fleet.errors import FleetInputError
+    from vllm_fleet.plan.inventory import plan_inventory
+
+    inventory = tmp_path / "hosts.yml"
+    missing = tmp_path / "no-such-key"
+    host = {"vllm_service_api_key": f"{{{{ lookup('ansible.builtin.file', '{missing}') }}}}"}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"gpu-01": host}}}))
+    with pytest.raises(FleetInputError, match=r"^vllm_service_api_key: its template cannot be rendered \("):
+        plan_inventory(str(inventory), project_dir=ROOT)

@@ -384,18 +384,10 @@ class DriverPin:
     @classmethod
     def from_vars(cls, branch: Any, version: Any = "", open_kernel_modules: Any = True) -> DriverPin:
         branch_s = str(branch).strip()
-        if not re.fullmatch(r"\d{3}", branch_s):
-            raise FleetInputError(
-                f"nvidia_driver_branch: {branch!r} is not a driver branch; set a three-digit branch such as "
-                "'580' (RTX 4090 / Ada needs 525 or newer; open kernel modules need 515 or newer)"
-            )
+        kinds.driver_branch(branch_s, "nvidia_driver_branch", kinds.Context())
         version_s = str(version or "").strip() or None
         if version_s is not None:
-            if not re.fullmatch(r"\d{3}\.\d+(\.\d+)?", version_s):
-                raise FleetInputError(
-                    f"nvidia_driver_version: {version!r} is not a driver version; set e.g. '580.159.04' "
-                    "or '' to take the newest of the branch"
-                )
+            kinds.driver_version(version_s, "nvidia_driver_version", kinds.Context())
             if version_s.split(".")[0] != branch_s:
                 raise FleetInputError(
                     f"nvidia_driver_version: {version_s!r} is not in branch "
@@ -553,11 +545,7 @@ def cuda_repo_url(base: str, os_id: str, os_version: str, arch: str) -> str:
 def cuda_toolkit_package(version: Any) -> str:
     """`13.0` → `cuda-toolkit-13-0` (NVIDIA's per-release meta package)."""
     version_s = str(version).strip()
-    if not re.fullmatch(r"\d{2}\.\d", version_s):
-        raise FleetInputError(
-            f"cuda_toolkit_version: {version!r} is not a CUDA release; "
-            "set e.g. '13.0' or '12.8' (major.minor)"
-        )
+    kinds.cuda_release(version_s, "cuda_toolkit_version", kinds.Context())
     return "cuda-toolkit-" + version_s.replace(".", "-")
 
 

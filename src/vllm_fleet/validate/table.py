@@ -123,7 +123,7 @@ VARIABLES: dict[str, Kind] = {
     "host_tuning_hugepages": ACCEPTED,
     "host_tuning_shm_huge": ACCEPTED,
     "host_tuning_hugepage_size": ACCEPTED,
-    "host_tuning_hugepages_margin": FRACTION,
+    "host_tuning_hugepages_margin": Kind("fraction", kinds.number(0, 10)),  # extra pages over the need
     "host_tuning_hugepages_max_node_fraction": SHARE,
     "host_tuning_hugepages_strict": ACCEPTED,
     "host_tuning_thp_enabled": ACCEPTED,
