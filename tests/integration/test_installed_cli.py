@@ -60,7 +60,8 @@ COMMANDS: dict[str, tuple[str, int]] = {
 # commands that act on hosts: from the wheel only their --help here, the real runs are elsewhere
 NEEDS_A_FLEET = {
     "lab": "tests/integration/test_lab.py (root, systemd-nspawn)",
-    "loadtest": "tests/integration/test_loadtest_lab.py (-i, a lab host's vLLM); tests/unit/test_cli_loadtest.py",
+    "loadtest": "tests/integration/test_loadtest_lab.py (-i, a lab host's vLLM); "
+    "tests/unit/test_cli_loadtest.py",
     "rollout": "tests/integration/test_collection_lab.py's wheel venv; tests/unit/test_collection.py finds "
     "the installed rollout.yml",
 }

@@ -161,10 +161,10 @@ def test_an_open_gateway_beyond_loopback_is_refused(generated, tmp_path: Path) -
 
 def _plans(generated) -> dict[str, HostPlan]:
     inv, _ = generated
-    from vllm_fleet.cli.plan import PROJECT_DIR
     from vllm_fleet.plan.inventory import plan_inventory
+    from vllm_fleet.project import project_dir
 
-    return plan_inventory(str(inv), project_dir=PROJECT_DIR, limit="all:!gateway")
+    return plan_inventory(str(inv), project_dir=project_dir(), limit="all:!gateway")
 
 
 def test_set_rules_name_the_variable(generated) -> None:

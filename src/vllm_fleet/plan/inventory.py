@@ -77,7 +77,8 @@ def _templated(
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FleetInputError(
             f"{name}: its template cannot be rendered ({reason}); fix the expression or what it reads, or "
-            "define it in the inventory (a vault file's variables need ansible-playbook with the vault password)"
+            "define it in the inventory (a vault file's variables need ansible-playbook with the vault "
+            "password)"
         ) from exc
 
 
