@@ -78,7 +78,7 @@ def _flags(args: list[str]) -> dict[str, str]:
     i = 0
     while i < len(args):
         word = args[i]
-        if word == "--enable-prefix-caching":
+        if i + 1 == len(args) or args[i + 1].startswith("--"):  # a switch (--enable-prefix-caching, ...)
             flags[word] = "true"
             i += 1
             continue

@@ -62,7 +62,8 @@ def test_every_machine_path_the_project_names_is_on_the_list() -> None:
     named = {
         match
         for name in tracked
-        if (ROOT / name).is_file() and not name.endswith("leftovers.py")
+        # validate/table.py names the roles' defaults: paths on the managed hosts, as roles/*/defaults do
+        if (ROOT / name).is_file() and not name.endswith(("leftovers.py", "validate/table.py"))
         for match in re.findall(r"/var/cache/vllm-fleet-[\w.-]+", (ROOT / name).read_text(errors="replace"))
     }
     listed = {str(p) for p in leftovers({}).paths()}

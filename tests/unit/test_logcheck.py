@@ -534,3 +534,15 @@ def test_a_dead_engine_fails_ready_and_no_errors(name: str) -> None:
     checks = {c.name: c for c in check_log(report(name), {"ready": True, "no_errors": True})}
     assert not checks["ready"].ok and "the engine died" in checks["ready"].detail
     assert not checks["no_errors"].ok and "engine_dead" in checks["no_errors"].seen
+
+
+def test_v0_13_0_qwen3_next_docker_compose_prefix_caching_off() -> None:
+    # docker-compose prefixes every line with the service name; vLLM 0.13.0 switches prefix caching off for
+    # the hybrid model, and the concurrency it prints follows (84.29x; tests/unit/test_capacity_both_paths.py)
+    rep = report("log-v0.13.0-qwen3-next-80b-prefix-caching-off.txt")
+    assert rep.version == "0.13.0"
+    assert (rep.kv_cache_tokens, rep.max_concurrency) == (767_552, 84.29)
+    assert (rep.max_model_len, rep.tensor_parallel_size) == (32768, 2)
+    assert rep.settings["architecture"] == "Qwen3NextForCausalLM"
+    assert rep.settings["max_num_seqs"] == 8
+    assert rep.errors == []
