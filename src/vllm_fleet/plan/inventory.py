@@ -60,7 +60,10 @@ def role_variables(
     own = [n for n in host_vars if isinstance(n, str) and n.startswith(prefixes)]
     merged = {n: v for n, v in defaults.items() if n.startswith(prefixes)}
     merged.update({n: host_vars[n] for n in own})
-    seen = {name: _templated(name, value, available, template) for name, value in merged.items()}
+    # what the inventory sets first: a template that fails there is named as the variable the user set, not as
+    # a role default that reads it (fleet_gateway_api_key defaults to vllm_service_api_key)
+    order = [*own, *(n for n in merged if n not in host_vars)]
+    seen = {name: _templated(name, merged[name], available, template) for name in order}
     return {n: seen[n] for n in own}, seen
 
 
