@@ -38,7 +38,8 @@ if revision == "after":
     from vllm_fleet.verify import logcheck
 else:
     spec = importlib.util.spec_from_file_location("logcheck_before", revision)
-    logcheck = sys.modules["logcheck_before"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    # dataclasses look the module up in sys.modules
+    logcheck = sys.modules["logcheck_before"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(logcheck)
 text = None if mode == "file" else open(path, encoding="utf-8").read()
 start = time.perf_counter()

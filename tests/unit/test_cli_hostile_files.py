@@ -149,6 +149,7 @@ def test_logcheck_reads_any_file_and_refuses_what_is_no_file(
 ) -> None:
     code, out, err = run(capsys, ["logcheck", str(hostile[kind]), "--expect-ready"])
     assert code == 1 and "ready" in out and "\x1b" not in out, err
+    assert ("long lines cut        1 line(s) over 1,048,576 characters" in out) == (kind == "huge"), out
     code, _, err = run(capsys, ["logcheck", str(hostile[kind]), "--json"])
     assert code == 0, err
     for kind in ("directory", "missing"):
