@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from vllm_fleet.cli import MAX_INPUT_BYTES, main
+from vllm_fleet.cli import main
+from vllm_fleet.jsonfile import MAX_INPUT_BYTES
 
 Capture = pytest.CaptureFixture[str]
 
@@ -236,3 +237,57 @@ def test_monitoring_plans_hostile_files(
         argv = ["monitoring", "--inventory", str(SEED), "--out", str(out_dir), "--plans", str(plans)]
         code, _, err = run(capsys, argv)
         assert code == 0 or (code == 2 and "seed-4090.json" in err), (name, err)
+
+
+@pytest.fixture(scope="module")
+def facts_inventory(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The seed inventory planned from a probe report (reports/probe/<host>.json) instead of recorded outputs,
+    and that report, rebuilt from the recorded 8 x RTX 4090 host the seed stands on."""
+    from vllm_fleet.probe.topology import build_topology_from_dir
+
+    inventory = tmp_path_factory.mktemp("inventory") / "seed"
+    shutil.copytree(SEED, inventory)
+    config = SEED.parent / "models" / "qwen3.6-27b.config.json"
+    (inventory / "group_vars" / "all" / "facts.yml").write_text(f"vllm_service_model_config: {config}\n")
+    topology = build_topology_from_dir(str(SEED.parent / "8x4090-dual-socket" / "recorded"))
+    return inventory, {"topology": topology.to_dict()}
+
+
+def test_plan_and_monitoring_over_a_hostile_probe_report(
+    facts_inventory: tuple[Path, dict[str, Any]], hostile: dict[str, Path], tmp_path: Path, capsys: Capture
+) -> None:
+    inventory, report = facts_inventory
+    cases: list[tuple[str, Any]] = [(kind, hostile[kind]) for kind in hostile if kind != "missing"]
+    # the report itself and its topology of a wrong kind (a topology whose fields have wrong types is not
+    # checked before the layout reads it: not done, see the report of issue 31's hostile-files branch)
+    cases += [(f"topology={v!r}", {"topology": v}) for v in WRONG] + [("list", [report])]
+    cases.append(("valid", report))
+    for name, source in cases:
+        probe = tmp_path / "probe"
+        shutil.rmtree(probe, ignore_errors=True)
+        probe.mkdir()
+        target = probe / "seed-4090.json"
+        if isinstance(source, Path) and source.is_dir():
+            target.mkdir()
+        elif isinstance(source, Path):
+            shutil.copyfile(source, target)
+        else:
+            target.write_text(json.dumps(source))
+        for argv in (
+            ["plan", "--inventory", str(inventory), "--facts", str(probe), "--json"],
+            [
+                "monitoring",
+                "--inventory",
+                str(inventory),
+                "--facts",
+                str(probe),
+                "--out",
+                str(tmp_path / "m"),
+            ],
+        ):
+            code, _, err = run(capsys, argv)
+            if name == "valid":
+                assert code == 0, err
+            else:
+                # refused naming the report, or planned from what it holds (an empty topology: plan errors)
+                assert code in (0, 1) or (code == 2 and "seed-4090" in err), (name, argv[0], err)

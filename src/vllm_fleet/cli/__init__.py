@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from vllm_fleet import __version__
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import read_json, read_text
 from vllm_fleet.terminal import terminal_safe
 
 
@@ -47,53 +47,14 @@ def emit(result: dict[str, Any], as_json: bool, human: str) -> None:
         sys.stdout.write(terminal_safe(human).rstrip("\n") + "\n")
 
 
-# The files a command reads whole (plans, recorded answers, vars, topology outputs) are kilobytes to a few
-# megabytes; a bigger one is a mistake (a weights file, /dev/zero), refused before it fills memory.
-MAX_INPUT_BYTES = 16 << 20
-
-
 def read_input_file(path: str, what: str) -> str:
-    """Read a text file named on the command line, at most MAX_INPUT_BYTES; a missing, unreadable or larger
-    file is a FleetInputError naming `what` and the path (undecodable bytes are replaced)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        raise FleetInputError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
-    if len(data) > MAX_INPUT_BYTES:
-        raise FleetInputError(
-            f"{what}: {path!r} is larger than {MAX_INPUT_BYTES >> 20} MiB, more than any file this option "
-            "takes; check the path"
-        )
-    return data.decode("utf-8", errors="replace")
+    """Read a text file named on the command line (`jsonfile.read_text`: at most MAX_INPUT_BYTES)."""
+    return read_text(path, what)
 
 
 def read_json_input(path: str, what: str, fix: str) -> Any:
-    """The JSON value of a file named on the command line (`read_input_file`); a file that is not JSON, is
-    nested deeper than the parser follows or holds a number that is not finite is a FleetInputError that
-    names `what`, the path and `fix`."""
-    text = read_input_file(path, what)
-    try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
-    except json.JSONDecodeError as exc:
-        raise FleetInputError(
-            f"{what}: {path!r} is not JSON ({exc.msg} at line {exc.lineno}); {fix}"
-        ) from exc
-    except RecursionError as exc:
-        raise FleetInputError(f"{what}: {path!r} is nested deeper than a JSON parser follows; {fix}") from exc
-    except ValueError as exc:  # NaN / Infinity, or an integer of over 4,300 digits
-        raise FleetInputError(f"{what}: {path!r} is not JSON a plan can hold ({exc}); {fix}") from exc
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is not a finite number")
-    return value
+    """The JSON value of a file named on the command line (`jsonfile.read_json`)."""
+    return read_json(path, what, fix)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
