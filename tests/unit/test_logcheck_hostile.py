@@ -74,38 +74,33 @@ def test_backend_name_as_the_regex_it_replaces() -> None:
         assert (old and old.group("n")) == (new.group("n") if new and backend_name(new) else None), line
 
 
-# A line of 100,000 copies of one character before (and after) a keyword: each pattern that used to
-# backtrack, and the keyword of every handler family. The version banner took 4.9 s at 20,000 and over two
-# minutes at 100,000 (issue 31).
+# A line of 100,000 copies of one unit between what makes a handler read it and an end that fails its pattern,
+# for each pattern that backtracked (as benchmarks/logcheck_hostile.py measures them). The version banner took
+# 4.9 s at 20,000 and over two minutes at 100,000 (issue 31).
 HOSTILE = [
-    ("\u2580", "version 0.9.0"),
-    ("\u2580", "Initializing a V1 LLM engine (v0.9.0)"),
-    (" ", "Custom allreduce is disabled because x"),
-    ("a", "KV Transfer metrics: "),
-    ("ATTN", "Using FLASH_"),
-    ("Free memory on device ", "x"),
-    (" ", "[type=value_error, input_value="),
-    ("1, ", "Per-position acceptance rate: "),
-    ("(x pid=1) ", "INFO Avg prompt throughput: 1 tokens/s"),
-    ("9", "max_seq_len="),
+    ("", "\u2580", " version x"),
+    ("", "\u2580", "Initializing a V1 LLM engine (vx"),
+    ("WARNING Custom allreduce is disabled because x", " ", "y"),
+    ("INFO KV Transfer metrics: ", "a", "x"),
+    (
+        "Traceback (most recent call last)\npydantic_core.ValidationError: 1 validation error for X:\n  x",
+        " ",
+        "x",
+    ),
+    ("", "Free memory on device ", "less than desired GPU memory"),
+    ("INFO Using X", "ATTN", " backend"),
+    ("Per-position acceptance rate: ", "1, ", "x"),
+    ("", "(x pid=1) ", "INFO Avg prompt throughput: 1 tokens/s"),
+    ("max_seq_len=", "9", "x"),
 ]
 
 
-@pytest.mark.parametrize(("unit", "keyword"), HOSTILE, ids=[k[:20] for _, k in HOSTILE])
-def test_backtracking_lines_read_in_linear_time(unit: str, keyword: str) -> None:
-    body = unit * (100_000 // len(unit))
-    lines = [
-        body + keyword,
-        keyword + body,
-        body + keyword + body + "x",
-        "Traceback (most recent call last)\npydantic_core.ValidationError: 1 validation error for X:\n"
-        + keyword
-        + body,
-    ]
-    for line in lines:
+@pytest.mark.parametrize(("start", "unit", "end"), HOSTILE, ids=[f"{s[:12]}{u[:6]!r}" for s, u, _ in HOSTILE])
+def test_backtracking_lines_read_in_linear_time(start: str, unit: str, end: str) -> None:
+    for line in (start + unit * 100_000 + end, unit * 100_000 + start + end, start + end + unit * 100_000):
         started = time.monotonic()
         report = parse_log(line)
-        assert time.monotonic() - started < 3, (keyword, len(line))
+        assert time.monotonic() - started < 3, (start, unit, end)
         assert report.lines_read == line.count("\n") + 1
 
 

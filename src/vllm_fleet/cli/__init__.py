@@ -18,6 +18,7 @@ from typing import Any
 
 from vllm_fleet import __version__
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import read_json, read_text
 from vllm_fleet.terminal import terminal_safe
 
 
@@ -47,12 +48,13 @@ def emit(result: dict[str, Any], as_json: bool, human: str) -> None:
 
 
 def read_input_file(path: str, what: str) -> str:
-    """Read a text file named on the command line; a missing or unreadable file is a FleetInputError."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise FleetInputError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
+    """Read a text file named on the command line (`jsonfile.read_text`: at most MAX_INPUT_BYTES)."""
+    return read_text(path, what)
+
+
+def read_json_input(path: str, what: str, fix: str) -> Any:
+    """The JSON value of a file named on the command line (`jsonfile.read_json`)."""
+    return read_json(path, what, fix)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 from vllm_fleet.cli import emit
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.sizes import parse_human_int
-from vllm_fleet.verify.logcheck import Check, LogReport, check_log, parse_file, parse_stream
+from vllm_fleet.verify.logcheck import MAX_LINE_CHARS, Check, LogReport, check_log, parse_file, parse_stream
 
 
 def _expectations(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,6 +99,11 @@ def format_report(report: LogReport, checks: list[Check]) -> str:
         f"NUMA nodes bound      {report.numa_nodes or '-'}",
         f"ready                 {'yes' if report.ready else 'no'}",
     ]
+    if report.lines_cut:
+        rows.append(
+            f"long lines cut        {report.lines_cut} line(s) over {MAX_LINE_CHARS:,} characters, read up "
+            "to there"
+        )
     if report.engine_dead:
         death = report.engine_death or {}
         cause = death.get("root_cause")

@@ -9,11 +9,10 @@ roles/vllm_verify/defaults/main.yml). Exit status 0 with the files written; 2 on
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet.cli import emit
+from vllm_fleet.cli import emit, read_json_input
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.monitoring.files import monitoring_files, write_files
 from vllm_fleet.monitoring.rules import Limits, limits_from
@@ -87,12 +86,7 @@ def saved_plans(plans_dir: Path, hosts: list[str]) -> dict[str, HostPlan]:
                 "(or deploy.yml, site.yml) with this inventory first, or leave --plans out to plan from "
                 "the inventory"
             )
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise FleetInputError(
-                f"--plans {plans_dir}: {path} is not JSON ({exc}); run preflight again"
-            ) from exc
+        data = read_json_input(str(path), f"--plans {plans_dir}", "run preflight again")
         plans[host] = HostPlan.from_dict(data, where=str(path))
     return plans
 

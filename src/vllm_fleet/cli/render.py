@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 import yaml
 
-from vllm_fleet.cli import emit, read_input_file
+from vllm_fleet.cli import emit, read_input_file, read_json_input
 from vllm_fleet.cli.plan import load_model_config
 from vllm_fleet.deploy.service import ServiceOptions, instance_files
 from vllm_fleet.errors import FleetInputError
@@ -35,8 +34,13 @@ def load_vars(path: str) -> dict[str, Any]:
     text = read_input_file(path, "--vars")
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise FleetInputError(f"--vars: {path!r} is not YAML: {exc}") from exc
+    except yaml.MarkedYAMLError as exc:
+        where = f" at line {exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise FleetInputError(f"--vars: {path!r} is not YAML ({exc.problem}{where})") from exc
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:  # ValueError: an int of over 4,300 digits
+        raise FleetInputError(
+            f"--vars: {path!r} is not YAML a vars file holds ({type(exc).__name__})"
+        ) from exc
     if not isinstance(data, dict):
         raise FleetInputError(f"--vars: {path!r} must hold a mapping of vllm_service_* variables")
     templated = sorted(k for k, v in data.items() if isinstance(v, str) and "{{" in v)
@@ -58,10 +62,11 @@ def load_instance(path: str | None, name: str | None, spec: ServeSpec) -> dict[s
             "port": spec.port or 8000,
             "numa_binding": {"mode": "none", "nodes": []},
         }
-    try:
-        data = json.loads(read_input_file(path, "--instance-json"))
-    except json.JSONDecodeError as exc:
-        raise FleetInputError(f"--instance-json: {path!r} is not JSON ({exc.msg})") from exc
+    data = read_json_input(
+        path,
+        "--instance-json",
+        "give a layout (vllm-fleet topology --json), the gpu_topology fact or one instance",
+    )
     if isinstance(data, dict) and "layout" in data:  # the gpu_topology fact
         data = data["layout"]
     instances = data.get("instances") if isinstance(data, dict) else data
@@ -125,11 +130,13 @@ def _handle(args: argparse.Namespace) -> int:
     model_config = load_model_config(args.model_config) if args.model_config else {}
     topology: dict[str, Any] = {}
     if args.topology_json:
-        try:
-            topology = json.loads(read_input_file(args.topology_json, "--topology-json"))
-        except json.JSONDecodeError as exc:
-            raise FleetInputError(f"--topology-json: {args.topology_json!r} is not JSON ({exc.msg})") from exc
-        topology = topology.get("topology", topology) if isinstance(topology, dict) else {}
+        topology = read_json_input(args.topology_json, "--topology-json", "give `vllm-fleet topology --json`")
+        if not isinstance(topology, dict):
+            raise FleetInputError(
+                f"--topology-json: {args.topology_json!r} holds a JSON {type(topology).__name__}, not an "
+                "object; give `vllm-fleet topology --json`"
+            )
+        topology = topology.get("topology", topology)
     rendered = render_instance(
         spec, instance, args.vllm_version, model_config=model_config, topology=topology
     )

@@ -23,11 +23,12 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet.cli import emit, read_input_file
+from vllm_fleet.cli import emit, read_json_input
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.build import unit_name
-from vllm_fleet.plan.host import InstanceNeeds, InstancePlan
+from vllm_fleet.plan.host import InstanceNeeds, InstancePlan, check_shape
 from vllm_fleet.verify import live
+from vllm_fleet.verify.metrics import parse_prometheus
 from vllm_fleet.verify.report import (
     ApiTarget,
     Thresholds,
@@ -59,12 +60,50 @@ def _cpu_tier_bytes(kv_transfer_config: str | None) -> int:
     return int(value) if isinstance(value, (int, float)) and value > 0 else 0
 
 
+# `vllm-fleet render --json`: the fields verify reads, and the expectations among them
+RENDERED_FIELDS: dict[str, Any] = {
+    "name": str,
+    "argv": list[str],
+    "exec_start": str,
+    "shell": str,
+    "env": dict[str, str],
+    "secret_env_names": list[str],
+    "port": int | None,
+    "vllm_version": str,
+    "catalog_release": str,
+    "expectations": dict[str, Any] | None,
+    "warnings": list[str] | None,
+    "errors": list[str] | None,
+}
+RENDERED_EXPECTATIONS: dict[str, Any] = {
+    "served_model_name": str | None,
+    "tensor_parallel_size": int | None,
+    "max_model_len": int | None,
+    "numa_binding": dict[str, Any] | None,
+    "capacity": dict[str, Any] | None,
+    "spec_decode": bool | None,
+    "port": int | None,
+}
+# `verify --record`: readiness, the API's answers (one HTTP answer per request) and the two scrapes
+RECORDED_FIELDS: dict[str, Any] = {
+    "readiness": dict[str, Any],
+    "api": dict[str, dict[str, Any] | None],
+    "metrics_before": str | None,
+    "metrics_after": str | None,
+    "warmup": list[Any] | None,
+    "probe_prompt": str | None,
+}
+
+
 def plan_from_rendered(data: dict[str, Any], where: str) -> InstancePlan:
     """An InstancePlan from `vllm-fleet render --json` output (what the renderer knows; no host, no layout).
 
     What the API checks need comes from the rendered argv itself: the model, the served name, --host, and
     whether prefix caching was turned off.
     """
+    fix = "give the output of `vllm-fleet render --json` as it printed it"
+    check_shape(data, RENDERED_FIELDS, where, fix)
+    check_shape(data.get("expectations") or {}, RENDERED_EXPECTATIONS, f"{where} expectations", fix)
     argv = [str(w) for w in data["argv"]]
     serve = argv.index("serve") if "serve" in argv else -1
     model = argv[serve + 1] if 0 <= serve < len(argv) - 1 else (_option(argv, "--model") or "")
@@ -115,13 +154,9 @@ def load_plan(path: str) -> tuple[InstancePlan, ApiTarget]:
     `vllm-fleet render --json` (no schema_version: the rendered command and its expectations).
     """
     where = f"--plan {path!r}"
-    try:
-        data = json.loads(read_input_file(path, "--plan"))
-    except json.JSONDecodeError as exc:
-        raise FleetInputError(
-            f"{where} is not JSON ({exc.msg}); give /etc/vllm-fleet/<instance>.json or the output of "
-            "`vllm-fleet render --json`"
-        ) from exc
+    data = read_json_input(
+        path, "--plan", "give /etc/vllm-fleet/<instance>.json or the output of `vllm-fleet render --json`"
+    )
     if not isinstance(data, dict):
         raise FleetInputError(f"{where} must hold one JSON object (an instance plan)")
     if "schema_version" in data:
@@ -155,12 +190,19 @@ def _request(args: argparse.Namespace) -> live.Request:
 def _answers(args: argparse.Namespace, target: ApiTarget) -> dict[str, Any]:
     """Readiness and the API's answers: live from the server, or recorded (--replay)."""
     if args.replay:
-        try:
-            data = json.loads(read_input_file(args.replay, "--replay"))
-        except json.JSONDecodeError as exc:
-            raise FleetInputError(f"--replay: {args.replay!r} is not JSON ({exc.msg})") from exc
+        data = read_json_input(args.replay, "--replay", "give a file written by `verify --record`")
         if not isinstance(data, dict) or "readiness" not in data:
             raise FleetInputError(f"--replay: {args.replay!r} is not a file written by `verify --record`")
+        fix = "give a file written by `verify --record`"
+        check_shape(data, RECORDED_FIELDS, f"--replay {args.replay!r}", fix)
+        for key in ("metrics_before", "metrics_after"):
+            try:
+                parse_prometheus(data.get(key) or "")
+            except FleetInputError as exc:
+                raise FleetInputError(f"--replay {args.replay!r}: {key}: {exc}") from exc
+        data.setdefault("api", {})
+        data.setdefault("metrics_before", "")
+        data.setdefault("metrics_after", "")
         return data
     if args.wait < 0:
         raise FleetInputError(f"--wait {args.wait}: give seconds >= 0 (0: one poll)")

@@ -9,7 +9,6 @@ argument specs are checked with its ArgumentSpecValidator, so the plan seen here
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import read_json
 from vllm_fleet.plan.build import build_host_plan, host_needs
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.model_config import model_config_from
@@ -158,8 +158,17 @@ def facts_topology(host: str, variables: Mapping[str, Any], probe_dir: Path) -> 
         return build_topology_from_dir(str(recorded)), recorded_source(str(recorded))
     report = probe_dir / f"{host}.json"
     if report.is_file():
-        data = json.loads(report.read_text())
-        return Topology.from_dict(data["topology"]), f"probe report: {report}"
+        fix = "run playbooks/probe.yml again"
+        data = read_json(report, "probe report", fix)
+        topology = data.get("topology") if isinstance(data, dict) else None
+        if not isinstance(topology, dict):
+            raise FleetInputError(f"probe report {report}: no topology object; {fix}")
+        try:
+            return Topology.from_dict(topology), f"probe report: {report}"
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field of the wrong type
+            raise FleetInputError(
+                f"probe report {report}: not a topology ({type(exc).__name__}: {exc}); {fix}"
+            ) from exc
     raise FleetInputError(
         f"{host}: no facts to plan from: set gpu_topology_recorded_dir (a folder of recorded outputs) or run "
         f"playbooks/probe.yml first (it writes {report})"

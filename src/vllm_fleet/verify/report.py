@@ -292,7 +292,7 @@ def journal_text(text: str, main_pid: int | None = None) -> str:
             return text
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not journald's JSON: a log line that starts with `{`
             return text
         if not isinstance(entry, dict):
             return text
