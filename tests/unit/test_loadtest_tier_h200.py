@@ -1,8 +1,8 @@
-"""The seed's tier comparison ("keep the CPU tier only if P99 improves under the same load") over two real runs
-of vLLM 0.26.0 on one NVIDIA H200 (tests/fixtures/gpu-h200-vllm-0.26.0-tier/README.md): Llama 3.1 8B's geometry
-with random weights, 2 GiB of GPU KV, (a) no CPU tier, (b) `--kv-offloading-size 16`. The GPU cannot exist
-here: its outputs were recorded there. Expected figures are read off the fixture files (bench.json keys,
-/metrics counters), not computed by the code under test."""
+"""The seed's tier comparison ("keep the CPU tier only if P99 improves under the same load") over two
+real runs of vLLM 0.26.0 on one NVIDIA H200 (tests/fixtures/gpu-h200-vllm-0.26.0-tier/README.md): Llama 3.1
+8B's geometry with random weights, 2 GiB of GPU KV, (a) no CPU tier, (b) `--kv-offloading-size 16`. The GPU
+cannot exist here: its outputs were recorded there. Expected figures are read off the fixture files
+(bench.json keys, /metrics counters), not computed by the code under test."""
 
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ def test_both_runs_sent_the_same_workload() -> None:
 @pytest.mark.parametrize("run", ["tier-off", "tier-cpu16"])
 def test_the_saved_reports_are_what_the_project_builds_from_the_raw_files(run: str) -> None:
     saved = read_report(RUN / "reports" / f"{run}.json")
+    assert {r.latency_s for r in load_bench_result(RUN / run / "bench.json").requests} == {None}
     rebuilt = build_report(
         name=run,
         target_url="http://127.0.0.1:8000",
