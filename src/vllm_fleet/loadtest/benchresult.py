@@ -37,7 +37,9 @@ from vllm_fleet.errors import FleetInputError
 
 PERCENTILE_KEY = re.compile(r"^p(?P<p>\d+(?:\.\d+)?)_(?P<metric>[a-z0-9_]+)_ms$")
 STAT_KEYS = ("mean", "median", "std")
-PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "errors")
+PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+# vLLM 0.26's --save-detailed writes no per-request "latencies" (0.32's does): read when present.
+OPTIONAL_PER_REQUEST_KEYS = ("latencies",)
 REQUIRED_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens")
 
 
@@ -50,7 +52,7 @@ class RequestRecord:
     output_len: int
     ttft_s: float | None  # None when the request failed (vLLM records 0)
     itls_s: tuple[float, ...]
-    latency_s: float
+    latency_s: float | None  # None when the bench wrote no per-request latencies (vLLM 0.26)
     start_time_s: float | None
     error: str
 
@@ -199,16 +201,17 @@ def read_requests(data: Mapping[str, Any], source: str) -> tuple[RequestRecord, 
     if not present:
         return ()
     missing = [k for k in PER_REQUEST_KEYS if k not in data]
-    lists = {k: data[k] for k in present}
+    lists = {k: data[k] for k in [*present, *(k for k in OPTIONAL_PER_REQUEST_KEYS if k in data)]}
     lengths = {k: len(v) for k, v in lists.items() if isinstance(v, list)}
-    if missing or len(lengths) != len(present) or len(set(lengths.values())) != 1:
+    if missing or len(lengths) != len(lists) or len(set(lengths.values())) != 1:
         raise FleetInputError(
             f"{source}: the per-request lists are incomplete (missing {missing}, lengths {lengths}); "
             "pass a result of `vllm bench serve --save-result --save-detailed`, whole"
         )
     starts = data.get("start_times") if isinstance(data.get("start_times"), list) else None
+    latencies = lists.get("latencies")
     records = []
-    for i, (inp, out, ttft, itls, latency, error) in enumerate(
+    for i, (inp, out, ttft, itls, error) in enumerate(
         zip(*(lists[k] for k in PER_REQUEST_KEYS), strict=True)
     ):
         records.append(
@@ -218,7 +221,7 @@ def read_requests(data: Mapping[str, Any], source: str) -> tuple[RequestRecord, 
                 output_len=int(out or 0),
                 ttft_s=float(ttft) if ttft and not error else None,
                 itls_s=tuple(float(x) for x in (itls or [])),
-                latency_s=float(latency or 0.0),
+                latency_s=float(latencies[i] or 0.0) if latencies is not None else None,
                 start_time_s=float(starts[i]) if starts and i < len(starts) else None,
                 error=str(error or ""),
             )
