@@ -25,6 +25,8 @@ vllm_service_shutdown_timeout=0 (vLLM's abort). Afterwards site's deploy puts th
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import shutil
@@ -147,10 +149,12 @@ def gateway_stat(inv: Path, gateway: str) -> str:
 
 
 def frontend_requests(stat: str) -> int:
-    for line in stat.splitlines():
-        fields = line.split(",")
-        if len(fields) > 7 and fields[1] == "FRONTEND":
-            return int(fields[7] or 0)
+    """Requests the gateway's frontend took (req_tot: the benchmark keeps its connections alive, so
+    sessions stay at the number of streams)."""
+    text = stat.lstrip().removeprefix("# ")
+    for row in csv.DictReader(io.StringIO(text)):
+        if row.get("svname") == "FRONTEND":
+            return int(row.get("req_tot") or 0)
     raise SystemExit(f"no FRONTEND row in the gateway's show stat: {stat[:300]!r}")
 
 
@@ -238,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", help="a lab inventory folder made as lab_inventory() makes it")
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=1200, help="requests per run (the load's bound)")
+    parser.add_argument("--requests", type=int, default=1500, help="requests per run (the load's bound)")
     parser.add_argument("--input-len", type=int, default=24)
-    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--steady", type=int, default=20, help="seconds of load before the rollout")
     parser.add_argument("--timeout", type=int, default=900, help="seconds the load may take at most")
     parser.add_argument("--port", type=int, default=4000, help="the gateway's port (fleet_gateway_port)")
