@@ -8,11 +8,12 @@ after the rollout (issue 30; the lab test tests/integration/test_gateway_lab.py 
 
 The lab: 2 hosts (systemd-nspawn, real systemd, the real vLLM CPU build serving the tiny model), host 1 in set
 `long` and also the gateway (Debian's haproxy from the lab cache's .debs, installed by playbooks/gateway.yml),
-host 2 in set `short` with a shorter max_model_len. The load is `vllm bench serve` from the lab's own vLLM on
-host 1 against the gateway: random prompts that fit the short set, `--ignore-eos` with a fixed output length
-(so a stream cut short shows as fewer tokens), `--max-concurrency` streams, bounded by `--requests` and a
-timeout, `--save-result --save-detailed` (per-request start, TTFT, output length, error). The API key reaches
-it as OPENAI_API_KEY from the instance's 0600 EnvironmentFile, never on a command line.
+host 2 in set `short` with a shorter max_model_len (SHORT_MAX_MODEL_LEN against LONG_MAX_MODEL_LEN). The load
+is `vllm bench serve` from the lab's own vLLM on host 1 against the gateway: random prompts that fit the short
+set, `--ignore-eos` with a fixed output length (so a stream cut short shows as fewer tokens),
+`--max-concurrency` streams, bounded by `--requests` and a timeout, `--save-result --save-detailed`
+(per-request start, TTFT, output length, error). The API key reaches it as OPENAI_API_KEY
+from the instance's 0600 EnvironmentFile, never on a command line.
 
 Each run: the load starts, `--steady` seconds of it pass, then playbooks/rollout.yml (serial 1: host by host)
 changes every instance's serve command (vllm_service_shutdown_timeout to a new value), then the load finishes.
@@ -46,10 +47,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "vllm-fleet")
 LAB_VARS = ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml"
-SHORT_MAX_MODEL_LEN = 128  # the short set's; the lab's long set keeps inventory/group_vars/lab's 256
-# The tiny model's tokenizer spends about 1.7 bytes a token on the random benchmark's text (a 400-byte prompt
-# was 241 tokens): 1 byte a token keeps every body the short set gets within its max_model_len.
-LAB_BYTES_PER_TOKEN = 1.0
+# The sets' max_model_len (the tiny model takes 2048). The gateway's defaults (4 bytes a token, half kept
+# free) send bodies up to 512 bytes to the short set: the benchmark's requests (16 random tokens and the JSON
+# around them, about 250 bytes) go there, a 600-byte prompt to the long set. The tiny model's tokenizer spends
+# about 1.7 bytes a token (a 400-byte prompt was 241 tokens), so the long set gets room for what is sent to
+# it.
+LONG_MAX_MODEL_LEN = 1024
+SHORT_MAX_MODEL_LEN = 256
 VENV = "/opt/vllm-fleet/venv"
 MODEL = "/srv/vllm-fleet-lab/models/tiny"
 RESULT = "/tmp/vllm-fleet-rollout-under-load.json"
@@ -91,6 +95,11 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
     (folder / "host_vars").mkdir(parents=True, exist_ok=True)
     (folder / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
     shutil.copy(LAB_VARS, folder / "group_vars" / "lab" / "vllm.yml")
+    (folder / "host_vars" / f"{hosts[0]}.yml").write_text(
+        yaml.safe_dump(
+            {"vllm_service_instance_set": "long", "vllm_service_max_model_len": LONG_MAX_MODEL_LEN}
+        ),
+    )
     (folder / "host_vars" / f"{hosts[1]}.yml").write_text(
         yaml.safe_dump(
             {"vllm_service_instance_set": "short", "vllm_service_max_model_len": SHORT_MAX_MODEL_LEN}
@@ -101,7 +110,6 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
             {
                 "fleet_gateway_deb_dir": str(gateway_debs()),
                 "fleet_gateway_listen_address": "0.0.0.0",
-                "fleet_gateway_bytes_per_token": LAB_BYTES_PER_TOKEN,
                 # a server that fails its check leaves fast, so what it cannot serve goes elsewhere soon
                 "fleet_gateway_check_interval": 2,
             }
@@ -243,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--requests", type=int, default=1500, help="requests per run (the load's bound)")
-    parser.add_argument("--input-len", type=int, default=24)
+    parser.add_argument("--input-len", type=int, default=16)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--steady", type=int, default=20, help="seconds of load before the rollout")
     parser.add_argument("--timeout", type=int, default=900, help="seconds the load may take at most")

@@ -1,7 +1,7 @@
 """The gateway and drained rollouts on a lab of their own: 2 hosts (systemd-nspawn, real systemd, the real
 vLLM CPU build, the tiny model), host 1 in set `long` and also the gateway (Debian bookworm's haproxy 2.6
 from the lab cache's .debs, installed by playbooks/gateway.yml with the haproxy.cfg `vllm-fleet gateway`
-generated from the lab's plans), host 2 in set `short` (max_model_len 128 against the long set's 256).
+generated from the lab's plans), host 2 in set `short` (max_model_len 256 against the long set's 1024).
 
 - A short prompt lands on the short set's server and a long one on the long set's: HAProxy's own per-server
   counters (`show stat` stot, read on its runtime socket) say so; a request without the key gets 401 from the
@@ -96,8 +96,8 @@ def test_a_long_prompt_lands_on_the_long_set_and_a_short_one_on_the_short_set(la
     assert _post(address, "Hello there.", key) == 200
     middle = _totals(lab, gateway)
     assert (middle[short_server] - before[short_server], middle[long_server] - before[long_server]) == (1, 0)
-    # 300 bytes: above the short set's threshold (128 tokens x 1 byte a token x (1 - 0.5) = 64 bytes)
-    assert _post(address, "word " * 60, key) == 200
+    # 600 bytes: above the short set's threshold (256 tokens x 4 bytes a token x (1 - 0.5) = 512 bytes)
+    assert _post(address, "word " * 120, key) == 200
     after = _totals(lab, gateway)
     assert (after[short_server] - middle[short_server], after[long_server] - middle[long_server]) == (0, 1)
     assert _post(address, "Hello there.", None) == 401
