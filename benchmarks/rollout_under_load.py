@@ -197,13 +197,20 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, shutdown_timeout
                 raise SystemExit(f"the load did not start: {said}")
             time.sleep(1)
         time.sleep(args.steady)
-        extra = {"vllm_rollout_serial": [1], "vllm_service_shutdown_timeout": shutdown_timeout}
+        # the short set's host first: it carries the load, so the rollout starts where requests are in flight
+        extra = {
+            "vllm_rollout_serial": [1],
+            "vllm_rollout_canary": [hosts[1]],
+            "vllm_service_shutdown_timeout": shutdown_timeout,
+        }
         if not drained:
             extra["vllm_service_drain"] = False
         start = time.monotonic()
-        done = playbook(inv, "playbooks/rollout.yml", "-e", json.dumps(extra))
+        done = playbook(inv, "playbooks/rollout.yml", "-v", "-e", json.dumps(extra))
         end = time.monotonic()
         rollout_ok = done.returncode == 0
+        log = Path(tempfile.mkdtemp(prefix="rollout-")) / "rollout.log"
+        log.write_text(done.stdout + done.stderr)
         out, _ = bench.communicate(timeout=args.timeout + 120)
     finally:
         if bench.poll() is None:
@@ -222,11 +229,27 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, shutdown_timeout
         "rollout_ok": rollout_ok,
         "rollout_s": round(end - start, 1),
         "rollout_tail": "" if rollout_ok else done.stdout[-3000:],
+        "rollout_log": str(log),
+        "drains": drain_results(done.stdout),
         "bench_rc": bench.returncode,
         "bench_tail": out[-600:],
         "hosts": hosts,
         "phases": {p: f.to_dict() for p, f in phases.items()},
     }
+
+
+def drain_results(output: str) -> list[dict[str, Any]]:
+    """What each drain reported (the action's result as `-v` prints it): server, verdict, seconds waited."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := output.find("=> {", at)) != -1:
+        try:
+            result, _ = decoder.raw_decode(output, at + 3)
+        except ValueError:
+            result = {}
+        at += 3
+        if isinstance(result, dict) and "verdict" in result:
+            found.append({k: result.get(k) for k in ("server", "verdict", "reason", "waited_s")})
+    return found
 
 
 def table(runs: list[dict[str, Any]]) -> str:
@@ -250,9 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", help="a lab inventory folder made as lab_inventory() makes it")
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=1500, help="requests per run (the load's bound)")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per run (the load's bound)")
     parser.add_argument("--input-len", type=int, default=16)
-    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--steady", type=int, default=20, help="seconds of load before the rollout")
     parser.add_argument("--timeout", type=int, default=900, help="seconds the load may take at most")
     parser.add_argument("--port", type=int, default=4000, help="the gateway's port (fleet_gateway_port)")
@@ -269,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(one_run(inv, args, drained=True, shutdown_timeout=new_timeout))
         if args.only != "drained":
             runs.append(one_run(inv, args, drained=False, shutdown_timeout=0))
-        must(playbook(inv, "playbooks/deploy.yml"), "deploy with the defaults again")
+            must(playbook(inv, "playbooks/deploy.yml"), "deploy with the defaults again")
     finally:
         if not args.inventory and not args.keep:
             run([CLI, "lab", "down", "--name", args.name])
