@@ -20,12 +20,14 @@ after test_rollout_lab, which waits for that venv too.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vllm_fleet.gateway.drain import stat_rows
 from vllm_fleet.lab.spec import NETNS_PREFIX
@@ -43,6 +45,12 @@ OPTIONS = ["--requests", "900", "--steady", "15"]
 
 @pytest.fixture(scope="module")
 def lab():
+    """The module's own lab; VLLM_FLEET_GATEWAY_LAB_INVENTORY names one made as bench.lab_inventory makes it
+    (while iterating: it is used as it is and left up)."""
+    given = os.environ.get("VLLM_FLEET_GATEWAY_LAB_INVENTORY")
+    if given:
+        yield Path(given)
+        return
     work = Path(tempfile.mkdtemp(prefix="gateway-lab-"))
     try:
         inv = bench.up(LAB, work)
@@ -62,7 +70,7 @@ def _key(inv: Path) -> str:
     return done.stdout.split('"msg": "', 1)[1].split('"', 1)[0]
 
 
-def _post(address: str, prompt: str, key: str | None) -> int:
+def _post(lab_name: str, address: str, prompt: str, key: str | None) -> int:
     """One completion through the gateway, from the lab's control namespace (its addresses live there)."""
     script = (
         "import json, sys, urllib.request, urllib.error\n"
@@ -76,7 +84,7 @@ def _post(address: str, prompt: str, key: str | None) -> int:
         "    print(exc.code)\n"
     )
     done = subprocess.run(
-        ["ip", "netns", "exec", f"{NETNS_PREFIX}{LAB}.ctl", sys.executable, "-c", script,
+        ["ip", "netns", "exec", f"{NETNS_PREFIX}{lab_name}.ctl", sys.executable, "-c", script,
          f"http://{address}:4000/v1/completions", prompt],
         input=key or "", capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -90,17 +98,19 @@ def _totals(inv: Path, gateway: str) -> dict[str, int]:
 
 def test_a_long_prompt_lands_on_the_long_set_and_a_short_one_on_the_short_set(lab: Path) -> None:
     hosts, gateway, address = bench.hosts_of(lab)
+    inventory = yaml.safe_load((lab / "hosts.yml").read_text())
+    name = inventory["all"]["children"]["lab"]["vars"]["vllm_fleet_lab_name"]
     long_server, short_server = f"set_long/{hosts[0]}-i0", f"set_short/{hosts[1]}-i0"
     key = _key(lab)
     before = _totals(lab, gateway)
-    assert _post(address, "Hello there.", key) == 200
+    assert _post(name, address, "Hello there.", key) == 200
     middle = _totals(lab, gateway)
     assert (middle[short_server] - before[short_server], middle[long_server] - before[long_server]) == (1, 0)
     # 600 bytes: above the short set's threshold (256 tokens x 4 bytes a token x (1 - 0.5) = 512 bytes)
-    assert _post(address, "word " * 120, key) == 200
+    assert _post(name, address, "word " * 120, key) == 200
     after = _totals(lab, gateway)
     assert (after[short_server] - middle[short_server], after[long_server] - middle[long_server]) == (0, 1)
-    assert _post(address, "Hello there.", None) == 401
+    assert _post(name, address, "Hello there.", None) == 401
 
 
 def _run(lab: Path, which: str) -> dict:
