@@ -247,7 +247,7 @@ def drain_results(output: str) -> list[dict[str, Any]]:
         except ValueError:
             result = {}
         at += 3
-        if isinstance(result, dict) and "verdict" in result:
+        if isinstance(result, dict) and "verdict" in result and "server" in result:
             found.append({k: result.get(k) for k in ("server", "verdict", "reason", "waited_s")})
     return found
 
