@@ -38,9 +38,9 @@ import rollout_under_load as bench  # noqa: E402  benchmarks/rollout_under_load.
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 LAB = "gwtest"
-# Small enough to keep the module's wall time down, long enough that the load outlasts the rollout (about
-# 6 requests a second through one CPU instance, a rollout of 2 instances in 2-3 min).
-OPTIONS = ["--requests", "900", "--steady", "15"]
+# The load covers the loaded host's restart (the short set's, rolled first) at about 8 requests a second
+# through one CPU instance; the unloaded long host's turn comes after it (benchmarks/README.md).
+OPTIONS = ["--requests", "1500", "--steady", "15"]
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,9 @@ def _run(lab: Path, which: str) -> dict:
 def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path) -> None:
     run = _run(lab, "drained")
     before, during, after = (run["phases"][p] for p in ("before", "during", "after"))
-    assert before["requests"] >= 8 and during["requests"] >= 8 and after["requests"] >= 8, run["phases"]
+    assert before["requests"] >= 8 and during["requests"] >= 8, run["phases"]
+    # the drain of the host that carried the load happened while requests were in flight
+    assert any(d["server"].startswith(run["hosts"][1]) and d["verdict"] == "drained" for d in run["drains"])
     for phase in (before, during, after):
         assert (phase["failed"], phase["truncated"]) == (0, 0), run["phases"]
     assert during["p99_ttft_ms"] <= 2 * before["p99_ttft_ms"], run["phases"]
