@@ -76,7 +76,7 @@ def gateway_listen(value: Any, variable: str, context: Context) -> None:
     if value != "":
         kinds.address(value, variable, context)
     GatewaySettings(
-        listen_address=value,
+        listen_address=str(value),
         keyed=bool(context.variables.get("fleet_gateway_api_key")),
         allow_unauthenticated=policy.opted_in(context, "fleet_gateway_allow_unauthenticated"),
     )
