@@ -84,7 +84,7 @@ def _mark(variables: Mapping[str, Any], name: str, *, whole: bool = False) -> fl
     """An SLO mark; 0 means "not judged" for the marks whose 0 would be meaningless (P99, minimums)."""
     value = variables.get(name, 0)
     if not finite(value) or value < 0:
-        raise FleetInputError(f"{name} is {value!r}; give a finite number >= 0 (0: not judged)")
+        raise FleetInputError(f"{name} is {value!r}; give a number >= 0 (0: not judged)")
     if whole and int(value) != value:
         raise FleetInputError(f"{name} is {value!r}; give a whole number")
     return float(value) if value else None
