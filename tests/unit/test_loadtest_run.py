@@ -5,6 +5,7 @@ and the shell script that hands the key to `vllm bench serve`, run by a real /bi
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -162,12 +163,12 @@ def test_the_mix_and_the_shared_prefix() -> None:
         ),
         # nan and inf pass every comparison: refused as numbers that are not finite
         (
-            {"fleet_loadtest_slo_spec_acceptance_min": float("nan")},
+            {"fleet_loadtest_slo_spec_acceptance_min": math.nan},
             "fleet_loadtest_slo_spec_acceptance_min is nan; give a number >= 0",
         ),
-        ({"fleet_loadtest_request_rate": float("inf")}, "fleet_loadtest_request_rate is inf; give requests"),
+        ({"fleet_loadtest_request_rate": math.inf}, "fleet_loadtest_request_rate is inf; give requests"),
         (
-            {"fleet_loadtest_mix": [{"name": "a", "share": float("nan"), "input_tokens": 8, "output_tokens": 8}]},
+            {"fleet_loadtest_mix": [{"name": "a", "share": math.nan, "input_tokens": 8, "output_tokens": 8}]},
             r"fleet_loadtest_mix\[0\].share \('a'\) is nan; it must be a number >= 0",
         ),
         ({"fleet_loadtest_name": "../x"}, "fleet_loadtest_name '../x' names the report file"),

@@ -188,5 +188,6 @@ def test_a_template_that_cannot_be_rendered_is_named_not_raised(tmp_path: Path) 
     missing = tmp_path / "no-such-key"
     host = {"vllm_service_api_key": f"{{{{ lookup('ansible.builtin.file', '{missing}') }}}}"}
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"gpu-01": host}}}))
-    with pytest.raises(FleetInputError, match=r": host gpu-01: vllm_service_api_key: its template cannot be rendered \("):
+    refused = r": host gpu-01: vllm_service_api_key: its template cannot be rendered \("
+    with pytest.raises(FleetInputError, match=refused):
         plan_inventory(str(inventory), project_dir=ROOT)
