@@ -39,6 +39,8 @@ SHARED_LAB_GROUP = "shared-lab"
 LONGEST_FIRST = (
     "tests/integration/test_render_real_parser.py",
     "tests/integration/test_rollout_lab.py",
+    # its own 2-host lab starts with the saved venv too; about 12 min (benchmarks/README.md)
+    "tests/integration/test_gateway_lab.py",
     "tests/integration/test_molecule.py",
     "tests/integration/test_driver_lab.py",
     "tests/integration/test_install_lab.py",

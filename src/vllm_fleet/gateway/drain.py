@@ -105,11 +105,6 @@ def parse_read(stdout: str) -> Read:
         raise FleetInputError(f"gateway read: not the read script's JSON ({exc}): {stdout[-300:]!r}") from exc
 
 
-def refused(reply: str) -> str:
-    """The runtime API's complaint about a command ('' when it took it: a set command answers nothing)."""
-    return reply.strip()
-
-
 @dataclass(frozen=True)
 class StatRow:
     backend: str

@@ -165,7 +165,12 @@ def classify_readiness(unit: UnitState, baseline: UnitState | None, health_statu
             f"the process exited (Result={unit.result}, exit status {unit.exec_main_status}) and systemd is "
             "stopping what it left",
         )
-    if unit.active_state in ("inactive", "deactivating"):
+    if unit.active_state == "deactivating":
+        # a stop in progress: with --shutdown-timeout vLLM finishes its requests in flight first, for minutes
+        # under load, and the restart that vllm_service asked for (no_block) starts it after; a plain stop
+        # ends inactive, which the next poll calls stopped (seen in lab gw: a restart under 8 streams)
+        return Readiness("starting", "the unit is stopping (vLLM drains its requests in flight) first")
+    if unit.active_state == "inactive":
         return Readiness("stopped", f"the unit is {unit.active_state} (Result={unit.result}); start it first")
     if health_status == 200 and unit.active_state == "activating":
         # vllm_service's ExecStartPost polls /health too; until it has seen the answer the unit is still

@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""A rolling change of every lab instance while 8 concurrent streams run through the gateway, with the drain
+and without it (the negative control), counting failed and truncated requests and P99 TTFT before, during and
+after the rollout (issue 30; the lab test tests/integration/test_gateway_lab.py runs it too).
+
+    sudo .venv/bin/python benchmarks/rollout_under_load.py [--name gw-bench] [--keep] [--json]
+    sudo .venv/bin/python benchmarks/rollout_under_load.py --inventory DIR   # a lab as lab_inventory makes
+
+The lab: 2 hosts (systemd-nspawn, real systemd, the real vLLM CPU build serving the tiny model), host 1 in set
+`long` and also the gateway (Debian's haproxy from the lab cache's .debs, installed by playbooks/gateway.yml),
+host 2 in set `short` with a shorter max_model_len (SHORT_MAX_MODEL_LEN against LONG_MAX_MODEL_LEN). The load
+is `vllm bench serve` from the lab's own vLLM on host 1 against the gateway: random prompts that fit the short
+set, `--ignore-eos` with a fixed output length (so a stream cut short shows as fewer tokens),
+`--max-concurrency` streams, bounded by `--requests` and a timeout, `--save-result --save-detailed`
+(per-request start, TTFT, output length, error). The API key reaches it as OPENAI_API_KEY
+from the instance's 0600 EnvironmentFile, never on a command line.
+
+Each run: the load starts, `--steady` seconds of it pass, then playbooks/rollout.yml (serial 1: host by host)
+changes every instance's serve command (vllm_service_shutdown_timeout to a new value), then the load finishes.
+Requests are put in a phase by their start (vllm_fleet.gateway.underload). The drained run keeps the default
+drain (the gateway's `state drain`, the wait for no session and vLLM's running + waiting at 0, then restart,
+verify, `state ready`) and --shutdown-timeout; the negative control sets vllm_service_drain=false and
+vllm_service_shutdown_timeout=0 (vLLM's abort). Afterwards site's deploy puts the defaults back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_fleet.gateway.underload import bench_requests, phase_figures
+from vllm_fleet.lab.debs import gateway_debs
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CLI = str(BIN / "vllm-fleet")
+LAB_VARS = ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml"
+# The sets' max_model_len (the tiny model takes 2048). The gateway's defaults (4 bytes a token, half kept
+# free) send bodies up to 512 bytes to the short set: the benchmark's requests (16 random tokens and the JSON
+# around them, about 250 bytes) go there, a 600-byte prompt to the long set. The tiny model's tokenizer spends
+# about 1.7 bytes a token (a 400-byte prompt was 241 tokens), so the long set gets room for what is sent to
+# it.
+LONG_MAX_MODEL_LEN = 1024
+SHORT_MAX_MODEL_LEN = 256
+VENV = "/opt/vllm-fleet/venv"
+MODEL = "/srv/vllm-fleet-lab/models/tiny"
+RESULT = "/tmp/vllm-fleet-rollout-under-load.json"
+
+
+def env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    }
+
+
+def run(argv: list[str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def must(done: subprocess.CompletedProcess[str], what: str) -> str:
+    if done.returncode != 0:
+        tail = f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+        raise SystemExit(f"{what} failed (rc {done.returncode}):\n{tail}")
+    return done.stdout
+
+
+def playbook(inv: Path, book: str, *extra: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    return run([str(BIN / "ansible-playbook"), "-i", str(inv), book, *extra], timeout=timeout)
+
+
+def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
+    """The lab's inventory, its first host the gateway and the long set, the second the short set."""
+    inv = yaml.safe_load(lab_inventory_file.read_text())
+    hosts = list(inv["all"]["children"]["lab"]["hosts"])
+    inv["all"]["children"]["gateway"] = {"hosts": {hosts[0]: None}}
+    (folder / "group_vars" / "lab").mkdir(parents=True, exist_ok=True)
+    (folder / "group_vars" / "gateway").mkdir(parents=True, exist_ok=True)
+    (folder / "host_vars").mkdir(parents=True, exist_ok=True)
+    (folder / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
+    shutil.copy(LAB_VARS, folder / "group_vars" / "lab" / "vllm.yml")
+    (folder / "host_vars" / f"{hosts[0]}.yml").write_text(
+        yaml.safe_dump(
+            {"vllm_service_instance_set": "long", "vllm_service_max_model_len": LONG_MAX_MODEL_LEN}
+        ),
+    )
+    (folder / "host_vars" / f"{hosts[1]}.yml").write_text(
+        yaml.safe_dump(
+            {"vllm_service_instance_set": "short", "vllm_service_max_model_len": SHORT_MAX_MODEL_LEN}
+        )
+    )
+    (folder / "group_vars" / "gateway" / "gateway.yml").write_text(
+        yaml.safe_dump(
+            {
+                "fleet_gateway_deb_dir": str(gateway_debs()),
+                "fleet_gateway_listen_address": "0.0.0.0",
+                # a server that fails its check leaves fast, so what it cannot serve goes elsewhere soon
+                "fleet_gateway_check_interval": 2,
+            }
+        )
+    )
+    return folder
+
+
+def up(name: str, work: Path) -> Path:
+    """A 2-host lab with vLLM installed, deployed and verified, and the gateway on host 1."""
+    lab_file = work / "lab.yml"
+    must(
+        run([CLI, "lab", "up", "--name", name, "--hosts", "2", "--inventory", str(lab_file),
+             "--preinstalled-vllm"]),
+        "lab up",
+    )  # fmt: skip
+    inv = lab_inventory(work / "inventory", lab_file)
+    for book in ("install", "deploy", "gateway"):
+        must(playbook(inv, f"playbooks/{book}.yml"), f"playbooks/{book}.yml")
+    return inv
+
+
+def hosts_of(inv: Path) -> tuple[list[str], str, str]:
+    """(the lab hosts, the gateway host, the gateway's address)."""
+    data = yaml.safe_load((inv / "hosts.yml").read_text())
+    lab = data["all"]["children"]["lab"]["hosts"]
+    gateway = next(iter(data["all"]["children"]["gateway"]["hosts"]))
+    return list(lab), gateway, lab[gateway]["ansible_host"]
+
+
+def shell(inv: Path, host: str, command: str, timeout: int = 120) -> str:
+    argv = [str(BIN / "ansible"), "-i", str(inv), host, "-m", "ansible.builtin.shell", "-a", command]
+    done = run(argv, timeout)
+    out = must(done, f"{host}: {command[:60]}")
+    return out.split(">>\n", 1)[1] if ">>\n" in out else out
+
+
+def gateway_stat(inv: Path, gateway: str) -> str:
+    """`show stat` from HAProxy's runtime socket on the gateway host (root only)."""
+    script = (
+        "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect('/run/haproxy/admin.sock'); "
+        "s.sendall(b'show stat\\n'); sys.stdout.write(s.makefile().read())"
+    )
+    return shell(inv, gateway, f'python3 -c "{script}"')
+
+
+def frontend_requests(stat: str) -> int:
+    """Requests the gateway's frontend took (req_tot: the benchmark keeps its connections alive, so
+    sessions stay at the number of streams)."""
+    text = stat.lstrip().removeprefix("# ")
+    for row in csv.DictReader(io.StringIO(text)):
+        if row.get("svname") == "FRONTEND":
+            return int(row.get("req_tot") or 0)
+    raise SystemExit(f"no FRONTEND row in the gateway's show stat: {stat[:300]!r}")
+
+
+def bench_command(address: str, args: argparse.Namespace) -> str:
+    """`vllm bench serve` at the gateway; the key from the instance's EnvironmentFile (0600), never argv."""
+    return (
+        "set -a; . /etc/vllm-fleet/i0.env; set +a; export OPENAI_API_KEY=$VLLM_API_KEY; cd /tmp; "
+        f"rm -f {RESULT}; timeout {args.timeout} {VENV}/bin/vllm bench serve --backend openai "
+        f"--base-url http://{address}:{args.port} --endpoint /v1/completions --model tiny "
+        f"--tokenizer {MODEL} "
+        f"--dataset-name random --random-input-len {args.input_len} --random-output-len {args.output_len} "
+        f"--ignore-eos --num-prompts {args.requests} --max-concurrency {args.concurrency} --seed 1 "
+        f"--save-result --save-detailed --result-filename {RESULT} > /tmp/vllm-fleet-bench.log 2>&1; "
+        f"rc=$?; tail -3 /tmp/vllm-fleet-bench.log; exit $rc"
+    )
+
+
+def one_run(inv: Path, args: argparse.Namespace, drained: bool, shutdown_timeout: int) -> dict[str, Any]:
+    hosts, gateway, address = hosts_of(inv)
+    base = frontend_requests(gateway_stat(inv, gateway))
+    bench = subprocess.Popen(
+        [str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.shell", "-a",
+         bench_command(address, args)],
+        cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        # the benchmark's own start (imports, tokenizer) takes a while: the steady phase begins with its load
+        deadline = time.monotonic() + 180
+        while frontend_requests(gateway_stat(inv, gateway)) < base + 3 * args.concurrency:
+            if bench.poll() is not None or time.monotonic() > deadline:
+                said = bench.stdout.read()[-2000:] if bench.stdout else ""
+                raise SystemExit(f"the load did not start: {said}")
+            time.sleep(1)
+        time.sleep(args.steady)
+        # the short set's host first: it carries the load, so the rollout starts where requests are in flight
+        extra = {
+            "vllm_rollout_serial": [1],
+            "vllm_rollout_canary": [hosts[1]],
+            "vllm_service_shutdown_timeout": shutdown_timeout,
+        }
+        if not drained:
+            extra["vllm_service_drain"] = False
+        start = time.monotonic()
+        done = playbook(inv, "playbooks/rollout.yml", "-v", "-e", json.dumps(extra))
+        end = time.monotonic()
+        rollout_ok = done.returncode == 0
+        log = Path(tempfile.mkdtemp(prefix="rollout-")) / "rollout.log"
+        log.write_text(done.stdout + done.stderr)
+        out, _ = bench.communicate(timeout=args.timeout + 120)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    fetched = Path(tempfile.mkdtemp()) / "result.json"
+    must(
+        run([str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.fetch", "-a",
+             f"src={RESULT} dest={fetched} flat=true"]),
+        "fetch the benchmark's result",
+    )  # fmt: skip
+    result = json.loads(fetched.read_text())
+    phases = phase_figures(bench_requests(result), start, end, args.output_len)
+    return {
+        "drained": drained,
+        "shutdown_timeout": shutdown_timeout,
+        "rollout_ok": rollout_ok,
+        "rollout_s": round(end - start, 1),
+        "rollout_tail": "" if rollout_ok else done.stdout[-3000:],
+        "rollout_log": str(log),
+        "drains": drain_results(done.stdout),
+        "bench_rc": bench.returncode,
+        "bench_tail": out[-600:],
+        "hosts": hosts,
+        "phases": {p: f.to_dict() for p, f in phases.items()},
+    }
+
+
+def drain_results(output: str) -> list[dict[str, Any]]:
+    """What each drain reported (the action's result as `-v` prints it): server, verdict, seconds waited."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := output.find("=> {", at)) != -1:
+        try:
+            result, _ = decoder.raw_decode(output, at + 3)
+        except ValueError:
+            result = {}
+        at += 3
+        if isinstance(result, dict) and "verdict" in result and "server" in result:
+            found.append({k: result.get(k) for k in ("server", "verdict", "reason", "waited_s")})
+    return found
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'run':<22} {'phase':<7} {'requests':>8} {'failed':>6} {'truncated':>9} {'P99 TTFT ms':>11}",
+    ]
+    for r in runs:
+        label = "drained" if r["drained"] else "no drain (control)"
+        for phase, f in r["phases"].items():
+            p99 = "-" if f["p99_ttft_ms"] is None else f"{f['p99_ttft_ms']:.0f}"
+            lines.append(
+                f"{label:<22} {phase:<7} {f['requests']:>8} {f['failed']:>6} {f['truncated']:>9} {p99:>11}"
+            )
+        lines.append(f"{'':<22} rollout {r['rollout_s']} s, {'ok' if r['rollout_ok'] else 'FAILED'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", default="gw-bench", help="lab name (a lab of 2 hosts is brought up)")
+    parser.add_argument("--inventory", help="a lab inventory folder made as lab_inventory() makes it")
+    parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per run (the load's bound)")
+    parser.add_argument("--input-len", type=int, default=16)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--steady", type=int, default=20, help="seconds of load before the rollout")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds the load may take at most")
+    parser.add_argument("--port", type=int, default=4000, help="the gateway's port (fleet_gateway_port)")
+    parser.add_argument("--only", choices=["drained", "control"], help="run one of the two")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="rollout-under-load-"))
+    inv = Path(args.inventory) if args.inventory else up(args.name, work)
+    runs = []
+    try:
+        # a value no earlier run left, so that every instance's serve command changes
+        new_timeout = 601 + int(time.time()) % 97
+        if args.only != "control":
+            runs.append(one_run(inv, args, drained=True, shutdown_timeout=new_timeout))
+        if args.only != "drained":
+            runs.append(one_run(inv, args, drained=False, shutdown_timeout=0))
+            must(playbook(inv, "playbooks/deploy.yml"), "deploy with the defaults again")
+    finally:
+        if not args.inventory and not args.keep:
+            run([CLI, "lab", "down", "--name", args.name])
+    print(json.dumps({"runs": runs}, indent=2) if args.json else table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

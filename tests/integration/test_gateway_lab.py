@@ -1,0 +1,142 @@
+"""The gateway and drained rollouts on a lab of their own: 2 hosts (systemd-nspawn, real systemd, the real
+vLLM CPU build, the tiny model), host 1 in set `long` and also the gateway (Debian bookworm's haproxy 2.6
+from the lab cache's .debs, installed by playbooks/gateway.yml with the haproxy.cfg `vllm-fleet gateway`
+generated from the lab's plans), host 2 in set `short` (max_model_len 256 against the long set's 1024).
+
+- A short prompt lands on the short set's server and a long one on the long set's: HAProxy's own per-server
+  counters (`show stat` stot, read on its runtime socket) say so; a request without the key gets 401 from the
+  gateway.
+- A rollout of every instance (playbooks/rollout.yml, serial 1) under 8 concurrent streams of `vllm bench
+  serve` through the gateway loses no request and truncates none (`--ignore-eos`: every request must bring
+  its whole output), and P99 TTFT during the rollout is at most twice the steady state's before it.
+- The negative control (vllm_service_drain false, vllm_service_shutdown_timeout 0: restarts that abort what is
+  in flight) loses or truncates requests: the measurement sees failures when there are some.
+
+The load and the figures are benchmarks/rollout_under_load.py's (one implementation for both). The lab starts
+with the venv the shared lab saved (`lab up --preinstalled-vllm`), so tests/conftest.py schedules this module
+after test_rollout_lab, which waits for that venv too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vllm_fleet.gateway.drain import stat_rows
+from vllm_fleet.lab.spec import NETNS_PREFIX
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import rollout_under_load as bench  # noqa: E402  benchmarks/rollout_under_load.py
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+LAB = "gwtest"
+# The load covers the loaded host's restart (the short set's, rolled first) at about 8 requests a second
+# through one CPU instance; the unloaded long host's turn comes after it (benchmarks/README.md).
+OPTIONS = ["--requests", "1500", "--steady", "15"]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """The module's own lab; VLLM_FLEET_GATEWAY_LAB_INVENTORY names one made as bench.lab_inventory makes it
+    (while iterating: it is used as it is and left up)."""
+    given = os.environ.get("VLLM_FLEET_GATEWAY_LAB_INVENTORY")
+    if given:
+        yield Path(given)
+        return
+    work = Path(tempfile.mkdtemp(prefix="gateway-lab-"))
+    try:
+        inv = bench.up(LAB, work)
+        yield inv
+    finally:
+        bench.run([bench.CLI, "lab", "down", "--name", LAB])
+
+
+def _key(inv: Path) -> str:
+    """The lab's API key as Ansible templates it (inventory/group_vars/lab/vllm.yml): parsed, never shown."""
+    done = bench.run(
+        [str(bench.BIN / "ansible"), "-i", str(inv), "gateway", "-o", "-m", "ansible.builtin.debug", "-a",
+         "msg={{ vllm_service_api_key }}"],
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, "the lab's key could not be read"
+    return done.stdout.split('"msg": "', 1)[1].split('"', 1)[0]
+
+
+def _post(lab_name: str, address: str, prompt: str, key: str | None) -> int:
+    """One completion through the gateway, from the lab's control namespace (its addresses live there)."""
+    script = (
+        "import json, sys, urllib.request, urllib.error\n"
+        "url, prompt, key = sys.argv[1], sys.argv[2], sys.stdin.read().strip()\n"
+        "body = json.dumps({'model': 'tiny', 'prompt': prompt, 'max_tokens': 4}).encode()\n"
+        "auth = {'Authorization': 'Bearer ' + key} if key else {}\n"
+        "headers = {'Content-Type': 'application/json', **auth}\n"
+        "try:\n"
+        "    print(urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=60).status)\n"
+        "except urllib.error.HTTPError as exc:\n"
+        "    print(exc.code)\n"
+    )
+    done = subprocess.run(
+        ["ip", "netns", "exec", f"{NETNS_PREFIX}{lab_name}.ctl", sys.executable, "-c", script,
+         f"http://{address}:4000/v1/completions", prompt],
+        input=key or "", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-1000:]
+    return int(done.stdout.strip())
+
+
+def _totals(inv: Path, gateway: str) -> dict[str, int]:
+    return {f"{r.backend}/{r.server}": r.stot for r in stat_rows(bench.gateway_stat(inv, gateway))}
+
+
+def test_a_long_prompt_lands_on_the_long_set_and_a_short_one_on_the_short_set(lab: Path) -> None:
+    hosts, gateway, address = bench.hosts_of(lab)
+    inventory = yaml.safe_load((lab / "hosts.yml").read_text())
+    name = inventory["all"]["children"]["lab"]["vars"]["vllm_fleet_lab_name"]
+    long_server, short_server = f"set_long/{hosts[0]}-i0", f"set_short/{hosts[1]}-i0"
+    key = _key(lab)
+    before = _totals(lab, gateway)
+    assert _post(name, address, "Hello there.", key) == 200
+    middle = _totals(lab, gateway)
+    assert (middle[short_server] - before[short_server], middle[long_server] - before[long_server]) == (1, 0)
+    # 600 bytes: above the short set's threshold (256 tokens x 4 bytes a token x (1 - 0.5) = 512 bytes)
+    assert _post(name, address, "word " * 120, key) == 200
+    after = _totals(lab, gateway)
+    assert (after[short_server] - middle[short_server], after[long_server] - middle[long_server]) == (0, 1)
+    assert _post(name, address, "Hello there.", None) == 401
+
+
+def _run(lab: Path, which: str) -> dict:
+    args = [f"--inventory={lab}", "--only", which, "--json", *OPTIONS]
+    script = str(ROOT / "benchmarks" / "rollout_under_load.py")
+    done = bench.run([sys.executable, script, *args], timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = json.loads(done.stdout)["runs"]
+    print(json.dumps(run["phases"]))  # the figures, in the test's output
+    assert run["rollout_ok"], run["rollout_tail"]
+    return run
+
+
+def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path) -> None:
+    run = _run(lab, "drained")
+    before, during, after = (run["phases"][p] for p in ("before", "during", "after"))
+    assert before["requests"] >= 8 and during["requests"] >= 8, run["phases"]
+    # the drain of the host that carried the load happened while requests were in flight
+    assert any(d["server"].startswith(run["hosts"][1]) and d["verdict"] == "drained" for d in run["drains"])
+    for phase in (before, during, after):
+        assert (phase["failed"], phase["truncated"]) == (0, 0), run["phases"]
+    assert during["p99_ttft_ms"] <= 2 * before["p99_ttft_ms"], run["phases"]
+
+
+def test_the_negative_control_loses_requests(lab: Path) -> None:
+    run = _run(lab, "control")
+    during = run["phases"]["during"]
+    assert during["failed"] + during["truncated"] > 0, run["phases"]
+
