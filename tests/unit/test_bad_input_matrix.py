@@ -864,3 +864,44 @@ def test_monitoring_yml_refuses_a_bad_exporter_variable_before_its_role(tmp_path
     assert "fleet_monitoring_node_exporter_args: '--collector.systemd\\\\nLD_PRELOAD=/tmp/x.so'" in fatal
     assert "fleet_monitoring : " not in out  # no task of the role ran
     assert "UNREACHABLE" not in out
+
+
+@pytest.mark.parametrize(
+    ("playbook", "group", "case_id", "role"),
+    [
+        ("gateway.yml", "gateway", "gateway-socket-outside-run", "fleet_gateway"),
+        ("loadtest.yml", "ungrouped", "loadtest-workdir-root", "fleet_loadtest"),
+    ],
+)
+def test_gateway_and_loadtest_playbooks_refuse_a_bad_variable_before_their_role(
+    playbook: str, group: str, case_id: str, role: str, tmp_path: Path
+) -> None:
+    """gateway.yml and loadtest.yml import no preflight: their plays check every role's variables first, as
+    monitoring.yml's do. The host is TEST-NET-1 (192.0.2.1, never routed): the check runs on the
+    controller."""
+    (case,) = [c for c in VARIABLE_CASES if c["id"] == case_id]
+    host = {"ansible_host": "192.0.2.1", "ansible_ssh_common_args": "-o ConnectTimeout=2"}
+    hosts = {"hosts": {"gpu-01": host}}
+    tree = hosts if group == "ungrouped" else {"children": {group: hosts}}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": tree}))
+    extra = tmp_path / "case.json"
+    extra.write_text(json.dumps(case["set"]))
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / playbook),
+         "-e", f"@{extra}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    fatal = out.split("fatal: [gpu-01]: FAILED!", 1)[-1]
+    assert "vllm_fleet_validate (gpu-01)" in fatal and case["variable"] in fatal, out[-3000:]
+    assert case["fix"] in fatal, out[-3000:]
+    assert f"{role} : " not in out  # no task of the role ran
+    assert "UNREACHABLE" not in out

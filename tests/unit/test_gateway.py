@@ -174,6 +174,9 @@ def test_set_rules_name_the_variable(generated) -> None:
         instance_sets(plans, {"long-1": "Long!"}, addresses)
     with pytest.raises(FleetInputError, match=r"fleet_gateway_margin: 1\.0"):
         instance_sets(plans, {}, addresses, margin=1.0)
+    for bad in (0.0, float("inf"), float("nan")):  # inf passed `> 0` and overflowed int() in the thresholds
+        with pytest.raises(FleetInputError, match=r"fleet_gateway_bytes_per_token: .*; give a finite number"):
+            instance_sets(plans, {}, addresses, bytes_per_token=bad)
     # one set: nothing is routed, everything goes to it
     (only,) = instance_sets(plans, {}, addresses)
     assert only.name == "long" and only.threshold_bytes is None and len(only.servers) == 6

@@ -5,6 +5,7 @@ and the shell script that hands the key to `vllm bench serve`, run by a real /bi
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def test_the_mix_and_the_shared_prefix() -> None:
         ),
         (
             {"fleet_loadtest_mix": [{"name": "a", "share": 1, "input_tokens": 8.5, "output_tokens": 8}]},
-            r"fleet_loadtest_mix\[0\].input_tokens \(a\) is 8.5; it must be a whole number",
+            r"fleet_loadtest_mix\[0\].input_tokens \('a'\) is 8.5; it must be a whole number",
         ),
         (
             {"fleet_loadtest_mix": [{"name": "long", "share": 1, "input_tokens": 250, "output_tokens": 16}]},
@@ -160,7 +161,18 @@ def test_the_mix_and_the_shared_prefix() -> None:
             {"fleet_loadtest_slo_ttft_p99_max_ms": -1},
             r"fleet_loadtest_slo_ttft_p99_max_ms is -1; give a number >= 0",
         ),
+        # nan and inf pass every comparison: refused as numbers that are not finite
+        (
+            {"fleet_loadtest_slo_spec_acceptance_min": math.nan},
+            "fleet_loadtest_slo_spec_acceptance_min is nan; give a number >= 0",
+        ),
+        ({"fleet_loadtest_request_rate": math.inf}, "fleet_loadtest_request_rate is inf; give requests"),
+        (
+            {"fleet_loadtest_mix": [{"name": "a", "share": math.nan, "input_tokens": 8, "output_tokens": 8}]},
+            r"fleet_loadtest_mix\[0\].share \('a'\) is nan; it must be a number >= 0",
+        ),
         ({"fleet_loadtest_name": "../x"}, "fleet_loadtest_name '../x' names the report file"),
+        ({"fleet_loadtest_name": "x" * 201}, "fleet_loadtest_name 'x{201}' names the report file"),
         (
             {"fleet_loadtest_instance": "i9"},
             r"fleet_loadtest_instance 'i9' is not an instance on load-1 \(i0\)",

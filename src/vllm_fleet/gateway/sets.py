@@ -15,6 +15,7 @@ safe for any text, at the price of sending most prompts to the long set.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,9 +105,10 @@ def instance_sets(
     margin: float = MARGIN,
 ) -> list[InstanceSet]:
     """The sets, smallest planned max_model_len first; every set but the last has its threshold."""
-    if not bytes_per_token > 0:
+    # inf would pass `> 0` and make every threshold int(inf): an OverflowError, not a message
+    if not (math.isfinite(bytes_per_token) and bytes_per_token > 0):
         raise FleetInputError(
-            f"fleet_gateway_bytes_per_token: {bytes_per_token!r}; give a number above 0, e.g. 4"
+            f"fleet_gateway_bytes_per_token: {bytes_per_token!r}; give a finite number above 0, e.g. 4"
         )
     if not 0 <= margin < 1:
         raise FleetInputError(

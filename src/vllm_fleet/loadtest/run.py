@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
-from vllm_fleet.loadtest.command import BenchTarget, bench_argv, bench_script, vllm_binary
+from vllm_fleet.loadtest.command import BenchTarget, bench_argv, bench_script, key_lines, vllm_binary
 from vllm_fleet.loadtest.report import Slo
-from vllm_fleet.loadtest.workload import Workload, workload_from_vars, workload_trace
+from vllm_fleet.loadtest.workload import Workload, finite, workload_from_vars, workload_trace
 from vllm_fleet.monitoring.targets import scrape_address
 from vllm_fleet.plan.host import InstancePlan
 
@@ -83,7 +83,7 @@ class Settings:
 def _mark(variables: Mapping[str, Any], name: str, *, whole: bool = False) -> float | None:
     """An SLO mark; 0 means "not judged" for the marks whose 0 would be meaningless (P99, minimums)."""
     value = variables.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if not finite(value) or value < 0:
         raise FleetInputError(f"{name} is {value!r}; give a number >= 0 (0: not judged)")
     if whole and int(value) != value:
         raise FleetInputError(f"{name} is {value!r}; give a whole number")
@@ -122,10 +122,11 @@ def settings_from_vars(variables: Mapping[str, Any]) -> Settings:
             f"fleet_loadtest_timeout is {timeout!r}; give the run's bound in seconds, from 10 to 86400"
         )
     name = str(variables.get("fleet_loadtest_name") or "")
-    if not re.fullmatch(r"[A-Za-z0-9._-]*", name) or name.startswith("."):
+    # one file name (the report, its folder of raw files, the scratch folder the run removes after it)
+    if not re.fullmatch(r"[A-Za-z0-9._-]{0,200}", name) or name.startswith("."):
         raise FleetInputError(
             f"fleet_loadtest_name {name!r} names the report file; use letters, digits, '.', '_' and '-' "
-            "(not leading '.'), or '' for <UTC time>-<workload digest>"
+            "(not leading '.', at most 200), or '' for <UTC time>-<workload digest>"
         )
     return Settings(
         name=name,
@@ -136,6 +137,21 @@ def settings_from_vars(variables: Mapping[str, Any]) -> Settings:
         timeout_s=timeout,
         slo=slo_from_vars(variables),
     )
+
+
+def variable_error(variable: str, value: Any, variables: Mapping[str, Any]) -> FleetInputError | None:
+    """The refusal of `variable` (set to `value` among the host's `variables`) by the checks a run makes
+    before any request: vllm_fleet.validate calls it in preflight, so the rule stays here, in one place.
+    Only a refusal that names `variable` is its own; another variable's is reported under that one."""
+    given = {**variables, variable: value}
+    try:
+        workload_from_vars(given)
+        settings = settings_from_vars(given)
+        key_lines(settings.api_key_file or "/dev/null", settings.api_key_variable)
+    except FleetInputError as exc:
+        if re.match(rf"{re.escape(variable)}\b", str(exc)):
+            return exc
+    return None
 
 
 def pick_endpoint(endpoints: Sequence[Endpoint], instance: str, host: str) -> Endpoint:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -80,16 +81,21 @@ def _mode(raw: Any, index: int) -> LengthMode:
     values: dict[str, float] = {}
     for key, low in (("share", 0.0), ("input_tokens", 1), ("output_tokens", 1)):
         value = raw.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
-            raise FleetInputError(f"{where}.{key} ({name}) is {value!r}; it must be a number >= {low}")
+        if not finite(value) or value < low:
+            raise FleetInputError(f"{where}.{key} ({name!r}) is {value!r}; it must be a number >= {low}")
         if key != "share" and int(value) != value:
-            raise FleetInputError(f"{where}.{key} ({name}) is {value!r}; it must be a whole number")
+            raise FleetInputError(f"{where}.{key} ({name!r}) is {value!r}; it must be a whole number")
         values[key] = value
     return LengthMode(name, float(values["share"]), int(values["input_tokens"]), int(values["output_tokens"]))
 
 
+def finite(value: Any) -> bool:
+    """A YAML number that is neither a boolean nor nan/inf (which every comparison would let through)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def _fraction(value: Any, variable: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+    if not finite(value) or not 0.0 <= value <= 1.0:
         raise FleetInputError(f"{variable} is {value!r}; it must be a number from 0 to 1")
     return float(value)
 
@@ -123,7 +129,7 @@ def workload_from_vars(variables: Mapping[str, Any]) -> Workload:
             "or 0 for none"
         )
     rate = variables.get("fleet_loadtest_request_rate") or None
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0):
+    if rate is not None and (not finite(rate) or rate < 0):
         raise FleetInputError(
             f"fleet_loadtest_request_rate is {rate!r}; give requests per second, or 0 for all at once"
         )

@@ -12,19 +12,15 @@ the variable, the value (masked for a secret) and the fix.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vllm_fleet.validate.kinds import Context
+from vllm_fleet.validate.kinds import HOST_NAME, Context
 from vllm_fleet.validate.table import DEFAULT_PORTS, PORTS, VARIABLES
-
-# reports/<stage>/<host>.json: one path component, no '..', no control character
-REPORT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,252}")
 
 
 def host_name_errors(host: str) -> list[str]:
-    if REPORT_NAME.fullmatch(host) and ".." not in host:
+    if HOST_NAME.fullmatch(host) and ".." not in host:
         return []
     return [
         f"inventory host name: {host!r} cannot name its report files (reports/plan/<host>.json): it holds "

@@ -160,6 +160,14 @@ file_name = pattern(
     "a plain file name (letters, digits, '.', '_', '-', ':', '+'; no '/' or '..')",
     "give a plain name such as 2026-12-03-canary",
 )
+# An inventory host name that names its report files (reports/<stage>/<host>.json): one path component, no
+# '..', no control character. Also the kind of a variable that names another inventory host.
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,252}")
+inventory_host = pattern(
+    HOST_NAME.pattern,
+    "an inventory host name (letters, digits, '_', '.', ':', '@', '-'; no '/' or '..')",
+    "give the host's name as the inventory spells it, e.g. gw-01",
+)
 role_name = pattern(
     r"[a-z0-9_]+(\.[a-z0-9_]+\.[a-z0-9_]+)?", "a role name", "give e.g. vllm_fleet.serving.vllm_service"
 )
@@ -265,14 +273,19 @@ SYSTEM_DIRS = (
 
 
 def path(
-    example: str = "/var/lib/vllm-fleet", *, under: tuple[str, ...] = (), suffix: str = "", opt_in: str = ""
+    example: str = "/var/lib/vllm-fleet",
+    *,
+    under: tuple[str, ...] = (),
+    suffix: str = "",
+    opt_in: str = "",
+    spaces: bool = True,
 ) -> Check:
     """An absolute path without control characters, '.', '..' or '//' components; inside one of `under`
     (strictly) when given; ending in `suffix` when given; not a system directory itself when `opt_in` names
-    the variable that allows it."""
+    the variable that allows it; without whitespace where `spaces` is false (a config file's word)."""
 
     def check(value: Any, variable: str, context: Context) -> None:
-        text = hostvalues.absolute_path(value, variable, example=example)
+        text = hostvalues.absolute_path(value, variable, example=example, spaces=spaces)
         if under and not any(text.startswith(root.rstrip("/") + "/") for root in under):
             raise FleetInputError(
                 f"{variable}: {value!r} is outside {' or '.join(under)}, where this role keeps these files; "
@@ -335,18 +348,21 @@ def _number(value: Any, variable: str, fix: str) -> float | int:
     return value
 
 
-def number(low: float, high: float, *, integer: bool = False, above: bool = False) -> Check:
-    """A finite number in [low, high] ((low, high] with `above`), an integer where `integer`."""
+def number(
+    low: float, high: float, *, integer: bool = False, above: bool = False, below: bool = False
+) -> Check:
+    """A finite number in [low, high] ((low, ... with `above`, ..., high) with `below`), an integer where
+    `integer`."""
 
     def check(value: Any, variable: str, context: Context) -> None:
-        opening = "(" if above else "["
-        fix = f"give {'an integer' if integer else 'a number'} in {opening}{low:g}, {high:g}]"
+        opening, closing = "(" if above else "[", ")" if below else "]"
+        fix = f"give {'an integer' if integer else 'a number'} in {opening}{low:g}, {high:g}{closing}"
         n = _number(value, variable, fix)
         if isinstance(n, float) and not math.isfinite(n):
             raise _fail(variable, value, "a finite number", fix)
         if integer and n != int(n):
             raise _fail(variable, value, "an integer", fix)
-        if n < low or n > high or (above and n == low):
+        if n < low or n > high or (above and n == low) or (below and n == high):
             raise FleetInputError(f"{variable}: {value!r} is out of range; {fix}")
 
     return check

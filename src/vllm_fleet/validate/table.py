@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_fleet.validate import kinds, policy
-from vllm_fleet.validate.kinds import Kind
+from vllm_fleet.validate.kinds import Context, Kind
 
 # ------------------------------------------------------------------------------------------ the kinds
 
@@ -61,6 +61,43 @@ def rollout_serial(value: Any) -> None:
     parse_serial(value)
 
 
+def instance_set(value: Any, variable: str, context: Context) -> None:
+    """vllm_service_instance_set as the gateway reads it (the backend's name in haproxy.cfg)."""
+    from vllm_fleet.gateway.sets import check_set_name
+
+    check_set_name(value, context.own_addresses[0] if context.own_addresses else "this host")
+
+
+def gateway_listen(value: Any, variable: str, context: Context) -> None:
+    """An address (or '' for every interface) that HAProxy binds; beyond loopback only with a key or
+    fleet_gateway_allow_unauthenticated, by the gateway's own rule (GatewaySettings)."""
+    from vllm_fleet.gateway.haproxy import GatewaySettings
+
+    if value != "":
+        kinds.address(value, variable, context)
+    GatewaySettings(
+        listen_address=str(value),
+        keyed=bool(context.variables.get("fleet_gateway_api_key")),
+        allow_unauthenticated=policy.opted_in(context, "fleet_gateway_allow_unauthenticated"),
+    )
+
+
+def loadtest_setting(value: Any, variable: str, context: Context) -> None:
+    """A variable the load test's run plan checks before any request (vllm_fleet.loadtest.run): its rule,
+    run here over the host's other loadtest variables."""
+    from vllm_fleet.loadtest.run import variable_error
+
+    error = variable_error(variable, value, context.variables)
+    if error is not None:
+        raise error
+
+
+def api_key_file(value: Any, variable: str, context: Context) -> None:
+    """'' (the instance's EnvironmentFile), 'none' (no key) or a file on the client."""
+    if value not in ("", "none"):
+        kinds.path("/etc/vllm-fleet/i0.env")(value, variable, context)
+
+
 def listed(kind: Kind) -> Kind:
     return Kind(f"list of {kind.name}", kinds.each(kind))
 
@@ -71,8 +108,11 @@ PORTS: dict[str, str] = {
     "vllm_service_port": "vLLM (the first instance; the others take the next ports)",
     "fleet_monitoring_node_exporter_port": "the node exporter",
     "fleet_monitoring_gpu_exporter_port": "the GPU exporter",
+    # on the gateway group's hosts; checked on every host, as a gateway may share a vLLM host
+    "fleet_gateway_port": "the gateway (HAProxy)",
 }
 DEFAULT_PORTS = {"vllm_service_port": 8000}
+LOADTEST = Kind("loadtest-run", loadtest_setting)
 
 # ------------------------------------------------------------------------------------------ the table
 
@@ -110,6 +150,56 @@ VARIABLES: dict[str, Kind] = {
     "fleet_monitoring_down_for": DURATION,
     "fleet_monitoring_listen_address": Kind("listen", kinds.listen),
     "fleet_monitoring_dashboard_dir": writable("fleet_monitoring", "/var/lib/vllm-fleet-monitoring/grafana"),
+    # fleet_gateway
+    "fleet_gateway_allow_system_paths": ACCEPTED,
+    "fleet_gateway_allow_unauthenticated": ACCEPTED,
+    "fleet_gateway_deb_dir": CONTROLLER,
+    "fleet_gateway_haproxy_version": DEB_VERSION,
+    "fleet_gateway_deb_cache": writable("fleet_gateway", "/var/cache/vllm-fleet-gateway/debs"),
+    "fleet_gateway_listen_address": Kind("gateway-listen", gateway_listen),
+    "fleet_gateway_port": PORT,
+    "fleet_gateway_api_key": SECRET,
+    # haproxy.cfg's `stats socket PATH ...` (a space would add keywords); HAProxy replaces the file there
+    "fleet_gateway_runtime_socket": Kind(
+        "path",
+        kinds.path("/run/haproxy/admin.sock", under=("/run", "/var/run", "/var/lib/haproxy"), spaces=False),
+    ),
+    "fleet_gateway_check_interval": SHORT_SECONDS,
+    "fleet_gateway_server_timeout": SECONDS,
+    # UTF-8 text runs 1-4 bytes a character, a token a few characters: 64 is far beyond any tokenizer
+    "fleet_gateway_bytes_per_token": Kind("bytes", kinds.number(0, 64, above=True)),
+    "fleet_gateway_margin": Kind("fraction", kinds.number(0, 1, below=True)),  # 1 would leave 0 bytes
+    "fleet_gateway_inventory": CONTROLLER,
+    "fleet_gateway_plan_dir": CONTROLLER,
+    "fleet_gateway_facts_dir": CONTROLLER,
+    "fleet_gateway_generated_dir": CONTROLLER,
+    # fleet_loadtest: LOADTEST is the run plan's own check (vllm_fleet.loadtest.run), run here as well
+    "fleet_loadtest_allow_system_paths": ACCEPTED,
+    "fleet_loadtest_name": LOADTEST,
+    "fleet_loadtest_url": OPTIONAL_URL,
+    "fleet_loadtest_instance": Kind("file-name", kinds.file_name, optional=True),  # a plan's name (i0)
+    "fleet_loadtest_client": Kind("inventory-host", kinds.inventory_host, optional=True),
+    "fleet_loadtest_mix": LOADTEST,
+    "fleet_loadtest_num_requests": LOADTEST,
+    "fleet_loadtest_max_concurrency": LOADTEST,
+    "fleet_loadtest_request_rate": LOADTEST,
+    "fleet_loadtest_prefix_share": LOADTEST,
+    "fleet_loadtest_prefix_tokens": LOADTEST,
+    "fleet_loadtest_seed": LOADTEST,
+    "fleet_loadtest_timeout": LOADTEST,
+    "fleet_loadtest_api_key_file": Kind("key-file", api_key_file),
+    "fleet_loadtest_api_key_variable": LOADTEST,
+    "fleet_loadtest_slo_ttft_p99_max_ms": LOADTEST,
+    "fleet_loadtest_slo_failed_max": LOADTEST,
+    "fleet_loadtest_slo_truncated_max": LOADTEST,
+    "fleet_loadtest_slo_prefix_hit_rate_min": LOADTEST,
+    "fleet_loadtest_slo_spec_acceptance_min": LOADTEST,
+    "fleet_loadtest_fail": ACCEPTED,
+    "fleet_loadtest_config_dir": HOST_PATH,  # read only (the instance plans)
+    # the run's scratch folder <workdir>/<name> is removed after the run
+    "fleet_loadtest_workdir": writable("fleet_loadtest", "/var/tmp/vllm-fleet-loadtest"),
+    "fleet_loadtest_report_dir": CONTROLLER,
+    "fleet_loadtest_keep_raw": ACCEPTED,
     # gpu_topology
     "gpu_topology_recorded_dir": CONTROLLER,
     "gpu_topology_tensor_parallel_size": Kind("count", kinds.number(1, 1024, integer=True), optional=True),
@@ -282,6 +372,13 @@ VARIABLES: dict[str, Kind] = {
     "vllm_service_avg_input_len": TOKENS,
     "vllm_service_extra_args": SERVE,
     "vllm_service_numactl_path": Kind("path", kinds.path("/usr/bin/numactl")),
+    # drained restarts behind the gateway (roles/vllm_service/tasks/restart_drained.yml)
+    "vllm_service_gateway": Kind("inventory-host", kinds.inventory_host, optional=True),  # delegate_to
+    "vllm_service_instance_set": Kind("instance-set", instance_set),
+    "vllm_service_drain": ACCEPTED,
+    "vllm_service_drain_timeout": SECONDS_OR_ZERO,  # 0: restart at once (the drain's verdict is timeout)
+    # --shutdown-timeout and TimeoutStopSec (+60 s); 0 is vLLM's own abort
+    "vllm_service_shutdown_timeout": SECONDS_OR_ZERO,
     # vllm_verify
     "vllm_verify_allow_remote_address": ACCEPTED,
     "vllm_verify_instances": ACCEPTED,  # the plan's instances (vllm_service sets them)
