@@ -64,6 +64,10 @@ def test_failed_and_auto_restart_are_crashes_stopped_is_not_waited_on() -> None:
     assert classify_readiness(restarting, None, None).state == "crashed"
     stopped = UnitState(active_state="inactive", sub_state="dead", result="success")
     assert classify_readiness(stopped, None, None).state == "stopped"
+    # the start that follows that stop is the one waited on, not a crash
+    old = UnitState(active_state="deactivating", sub_state="stop-sigterm", invocation_id="a")
+    new = UnitState(active_state="activating", sub_state="start", result="success", invocation_id="b")
+    assert classify_readiness(new, old, None).state == "starting"
 
 
 def test_recorded_systemctl_show_of_a_running_unit() -> None:
@@ -96,6 +100,10 @@ def test_recorded_unit_deactivating_after_its_process_died_is_a_crash() -> None:
     assert classify_readiness(stopping, None, None).state == "starting"
     stopped = UnitState(active_state="inactive", sub_state="dead", result="success")
     assert classify_readiness(stopped, None, None).state == "stopped"
+    # the start that follows that stop is the one waited on, not a crash
+    old = UnitState(active_state="deactivating", sub_state="stop-sigterm", invocation_id="a")
+    new = UnitState(active_state="activating", sub_state="start", result="success", invocation_id="b")
+    assert classify_readiness(new, old, None).state == "starting"
 
 
 def test_unknown_unit_names_the_unit_and_the_fix() -> None:

@@ -142,6 +142,7 @@ def classify_readiness(unit: UnitState, baseline: UnitState | None, health_statu
     if (
         baseline is not None
         and baseline.invocation_id
+        and baseline.active_state != "deactivating"  # the stop half of a restart: the next start is awaited
         and unit.invocation_id not in ("", baseline.invocation_id)
     ):
         return Readiness(
