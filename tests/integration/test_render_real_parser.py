@@ -199,10 +199,12 @@ def test_the_0_33_command_is_refused_by_the_0_10_2_parser_where_the_catalog_says
     rc, result = run_check(python0102, seed_argv("0.33.0"), tmp_path)
     assert rc == 2
     assert result["error"].endswith(
-        "unrecognized arguments: --no-scheduler-reserve-full-isl --mm-ipc-gpu-memory-gb 0"
+        "unrecognized arguments: --no-scheduler-reserve-full-isl --mm-ipc-gpu-memory-gb 0 "
+        "--shutdown-timeout 600"
     )
     assert not flags.release("0.10.2").has("--no-scheduler-reserve-full-isl")
     assert not flags.release("0.10.2").has("--mm-ipc-gpu-memory-gb")
+    assert not flags.release("0.10.2").has("--shutdown-timeout")  # 0.18.0 on (issue 30)
 
 
 def test_unknown_flag_fails_the_check(python032, tmp_path):
