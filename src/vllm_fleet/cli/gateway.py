@@ -16,14 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.cli import emit
-from vllm_fleet.cli.monitoring import inventory_hosts, saved_plans
-from vllm_fleet.errors import FleetInputError
+from vllm_fleet.cli.monitoring import add_plan_source_arguments, fleet_plans
 from vllm_fleet.gateway.files import gateway_files, write_files
 from vllm_fleet.gateway.haproxy import PORT, RUNTIME_SOCKET, GatewaySettings
 from vllm_fleet.gateway.sets import BYTES_PER_TOKEN, DEFAULT_SET, MARGIN, SET_VARIABLE, instance_sets
-from vllm_fleet.plan.host import HostPlan
-from vllm_fleet.plan.inventory import plan_inventory
-from vllm_fleet.project import project_dir
 
 
 def host_settings(inventory: str, hosts: list[str]) -> dict[str, dict[str, Any]]:
@@ -56,18 +52,7 @@ def _handle(args: argparse.Namespace) -> int:
         server_timeout_s=args.server_timeout,
         client_timeout_s=args.server_timeout,
     )  # refused before the (slow) plan is built
-    plans: dict[str, HostPlan]
-    if args.plans:
-        plans = saved_plans(Path(args.plans), inventory_hosts(args.inventory, args.limit))
-    else:
-        facts = Path(args.facts) if args.facts else None
-        plans = plan_inventory(args.inventory, project_dir=project_dir(), limit=args.limit, probe_dir=facts)
-    failed = {host: plan.errors for host, plan in plans.items() if not plan.ok}
-    if failed:
-        raise FleetInputError(
-            f"--inventory {args.inventory}: no plan for {', '.join(failed)} ({failed}); "
-            "fix what `vllm-fleet plan --inventory` reports first"
-        )
+    plans = fleet_plans(args)
     per_host = host_settings(args.inventory, list(plans))
     sets = instance_sets(
         plans,
@@ -99,17 +84,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="HAProxy in front of every planned instance: one backend per instance set, requests "
         "routed by size, a real generation as the readiness check, the runtime API for drains.",
     )
-    parser.add_argument("--inventory", required=True, help="the Ansible inventory (file or folder)")
-    parser.add_argument("--out", required=True, help="folder to write haproxy.cfg and gateway.json to")
-    parser.add_argument("--facts", help="the probe's reports folder (default: reports/probe)")
-    parser.add_argument(
-        "--plans",
-        help="the plans preflight wrote (reports/plan, one <host>.json per host): use those instead of "
-        "planning from the inventory and --facts",
-    )
-    parser.add_argument(
-        "--limit",
-        help="the vLLM hosts (an Ansible host pattern, the playbooks' vllm_fleet_hosts; default all)",
+    add_plan_source_arguments(
+        parser,
+        out_help="folder to write haproxy.cfg and gateway.json to",
+        limit_help="the vLLM hosts (an Ansible host pattern, the playbooks' vllm_fleet_hosts; default all)",
     )
     parser.add_argument(
         "--gateway-host",

@@ -91,9 +91,9 @@ def saved_plans(plans_dir: Path, hosts: list[str]) -> dict[str, HostPlan]:
     return plans
 
 
-def _handle(args: argparse.Namespace) -> int:
-    for value, option in ((args.alert_for, "--alert-for"), (args.down_for, "--down-for")):
-        parse_duration_seconds(value, option)  # refused before the (slow) plan is built
+def fleet_plans(args: argparse.Namespace) -> dict[str, HostPlan]:
+    """Every host's plan, from --plans (what preflight saved) or planned from --inventory and --facts; a host
+    without a clean plan is refused (the arguments of add_plan_source_arguments)."""
     plans: dict[str, HostPlan]
     if args.plans:
         plans = saved_plans(Path(args.plans), inventory_hosts(args.inventory, args.limit))
@@ -106,6 +106,26 @@ def _handle(args: argparse.Namespace) -> int:
             f"--inventory {args.inventory}: no plan for {', '.join(failed)} ({failed}); "
             "fix what `vllm-fleet plan --inventory` reports first"
         )
+    return plans
+
+
+def add_plan_source_arguments(parser: argparse.ArgumentParser, out_help: str, limit_help: str) -> None:
+    """--inventory, --out, --facts, --plans and --limit, as fleet_plans reads them."""
+    parser.add_argument("--inventory", required=True, help="the Ansible inventory (file or folder)")
+    parser.add_argument("--out", required=True, help=out_help)
+    parser.add_argument("--facts", help="the probe's reports folder (default: reports/probe)")
+    parser.add_argument(
+        "--plans",
+        help="the plans preflight wrote (reports/plan, one <host>.json per host): use those instead of "
+        "planning from the inventory and --facts",
+    )
+    parser.add_argument("--limit", help=limit_help)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    for value, option in ((args.alert_for, "--alert-for"), (args.down_for, "--down-for")):
+        parse_duration_seconds(value, option)  # refused before the (slow) plan is built
+    plans = fleet_plans(args)
     settings = inventory_settings(args.inventory, list(plans))
     monitoring = {
         "ttft_p99_max_s": args.ttft_p99_max,
@@ -146,15 +166,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Prometheus targets from every host's plan, alert rules from the plans' own thresholds "
         "and verify's limits, and a Grafana dashboard.",
     )
-    parser.add_argument("--inventory", required=True, help="the Ansible inventory (file or folder)")
-    parser.add_argument("--out", required=True, help="folder to write prometheus.yml, rules/ and grafana/ to")
-    parser.add_argument("--facts", help="the probe's reports folder (default: reports/probe)")
-    parser.add_argument(
-        "--plans",
-        help="the plans preflight wrote (reports/plan, one <host>.json per host): use those instead of "
-        "planning from the inventory and --facts",
+    add_plan_source_arguments(
+        parser,
+        out_help="folder to write prometheus.yml, rules/ and grafana/ to",
+        limit_help="only these hosts (an Ansible host pattern)",
     )
-    parser.add_argument("--limit", help="only these hosts (an Ansible host pattern)")
     parser.add_argument("--fleet", help="the fleet label (default: the inventory's name)")
     parser.add_argument("--scrape-interval", default="15s", help="Prometheus scrape interval (default: 15s)")
     parser.add_argument("--node-exporter-port", type=int, default=NODE_EXPORTER_PORT, help="0: none")
