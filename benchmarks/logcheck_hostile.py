@@ -15,7 +15,8 @@ Inputs, written to a temporary folder:
 
 `before` is logcheck as it was at --before (verify/logcheck.py read with `git show` and imported from a
 temporary file, so both revisions run in the same run on the same machine); `after` is this checkout. Each
-measurement runs in its own interpreter: peak RSS is that child's ru_maxrss; a child still running after
+measurement runs in its own interpreter: peak RSS is that child's VmHWM (ru_maxrss would carry
+the parent's across fork and exec); a child still running after
 --timeout seconds is killed and reported as `> T s`. Not a timed test: nothing fails on a number.
 """
 
@@ -32,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
-import importlib.util, json, resource, sys, time
+import importlib.util, json, re, sys, time
 revision, mode, path = sys.argv[1], sys.argv[2], sys.argv[3]
 if revision == "after":
     from vllm_fleet.verify import logcheck
@@ -45,7 +46,8 @@ text = None if mode == "file" else open(path, encoding="utf-8").read()
 start = time.perf_counter()
 report = logcheck.parse_file(path) if mode == "file" else logcheck.parse_log(text)
 seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+peak = int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1))
+print(json.dumps({"seconds": seconds, "maxrss_kib": peak,
                   "version": report.version, "cut": getattr(report, "lines_cut", None)}))
 """
 

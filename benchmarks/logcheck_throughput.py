@@ -14,7 +14,8 @@ Two journals of --mb megabytes, both made only of the project's real recorded lo
   journal.txt) once, then its serving part (access log lines and periodic stats, the lines after
   `Application startup complete`) repeated.
 
-Each measurement runs in its own subprocess so that its peak resident memory (ru_maxrss of that child) is its
+Each measurement runs in its own subprocess so that its peak resident memory (VmHWM of that child; ru_maxrss
+would carry the parent's across fork and exec) is its
 own:
 
 - `plain read`: `for line in open(file): n += len(line)`, the floor any line-based reader pays;
@@ -45,7 +46,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 SENTINEL = "# ---- verbatim below ----\n"
 
 CHILD = r"""
-import json, resource, sys, time
+import json, re, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 start = time.perf_counter()
 cpu = time.process_time()
@@ -67,7 +68,7 @@ else:
 seconds = time.perf_counter() - start
 summary["seconds"] = seconds
 summary["cpu_seconds"] = time.process_time() - cpu
-summary["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+summary["maxrss_kib"] = int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1))
 print(json.dumps(summary))
 """
 

@@ -134,7 +134,12 @@ def _doc_list(installed: dict[str, Path], kind: str) -> dict:
     }
     out = subprocess.run(
         [str(BIN / "ansible-doc"), "-t", kind, "-l", FQCN, "--json"],
-        cwd=installed["work"], env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=installed["work"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
@@ -180,18 +185,33 @@ def test_a_venv_with_only_the_wheel_resolves_the_collection(wheel_venv: dict[str
     work, bindir = wheel_venv["work"], wheel_venv["venv"] / "bin"
     config = work / "ansible.cfg"
     config.write_text("[defaults]\n")  # no collections_path: only sys.path (site-packages) can hold it
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(work), "ANSIBLE_CONFIG": str(config),
-           "ANSIBLE_COLLECTIONS_PATH": str(work / "none"), "ANSIBLE_NOCOLOR": "1"}
+    env = {
+        "PATH": f"{bindir}:/usr/bin:/bin",
+        "HOME": str(work),
+        "ANSIBLE_CONFIG": str(config),
+        "ANSIBLE_COLLECTIONS_PATH": str(work / "none"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
     doc = subprocess.run(
         [str(bindir / "ansible-doc"), "--json", f"{FQCN}.vllm_fleet_plan"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert doc.returncode == 0, doc.stderr[-3000:]
     found = json.loads(doc.stdout)[f"{FQCN}.vllm_fleet_plan"]["doc"]["filename"]
     assert "/site-packages/ansible_collections/vllm_fleet/serving/" in found
     listed = subprocess.run(
         [str(bindir / "ansible-playbook"), "--list-tasks", "-i", "localhost,", f"{FQCN}.site"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
     assert "Verify" in listed.stdout and "Preflight" in listed.stdout

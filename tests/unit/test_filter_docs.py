@@ -93,7 +93,12 @@ def test_ansible_doc_loads_every_filter_doc_by_fqcn() -> None:
     ansible_doc = Path(sys.executable).parent / "ansible-doc"
     out = subprocess.run(
         [str(ansible_doc), "-t", "filter", "--json", *(f"vllm_fleet.serving.{n}" for n in sorted(EXPORTED))],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     docs = json.loads(out.stdout)

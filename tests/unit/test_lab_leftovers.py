@@ -70,7 +70,6 @@ def test_every_machine_path_the_project_names_is_on_the_list() -> None:
     assert named and named <= listed, named - listed
 
 
-
 def test_lab_clean_empties_a_lab_root_of_its_caches_and_counts_their_bytes(tmp_path: Path) -> None:
     # `lab clean` (no --all) on a lab root of its own with no lab in it: the cached artefacts go, a link to
     # another root's artefact is removed without following it, and the empty root itself goes too

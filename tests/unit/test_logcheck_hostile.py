@@ -144,12 +144,15 @@ def test_a_long_line_is_cut_and_counted_and_the_next_line_read(tmp_path: Path) -
     assert parse_log(exact + "\n" + exact).lines_cut == 0
 
 
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork and exec, so a child of a 200 MiB pytest
+# reported 209 MiB in CI whatever it read. VmHWM belongs to the new process's own memory.
 PEAK = """
-import json, resource, sys, time
+import json, re, sys, time
 from vllm_fleet.verify.logcheck import parse_file
 started = time.monotonic()
 report = parse_file(sys.argv[1])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open("/proc/self/status", encoding="ascii") as status:
+    peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1))
 print(json.dumps({"s": time.monotonic() - started, "rss_kib": peak, "cut": report.lines_cut,
                   "version": report.version}))
 """

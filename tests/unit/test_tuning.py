@@ -197,7 +197,7 @@ def test_unit_exec_starts_escape_dollar_for_systemd() -> None:
     script = script.replace('"', '\\"')
     assert lines[-1] == f'ExecStart=/bin/sh -c "{script}" sh performance "{GOVERNOR_GLOB}"'
     assert all(line.startswith("ExecStart=/bin/sh -c ") for line in lines)
-    assert "ExecStart=" + lines[-1][len("ExecStart="):] in tuning_unit_text(plan)
+    assert "ExecStart=" + lines[-1][len("ExecStart=") :] in tuning_unit_text(plan)
 
 
 def test_the_sysfs_write_script_takes_the_value_as_an_argument(tmp_path) -> None:
