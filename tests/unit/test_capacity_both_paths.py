@@ -73,9 +73,20 @@ def _size(text: str) -> int:
     return parse_size(re.sub(r"([KMGT])$", r"\1iB", text))
 
 
+def _env(args: list[str]) -> dict[str, str]:
+    """The leading NAME=VALUE words of a row (run-on-gpu.sh puts them in the run's environment)."""
+    env: dict[str, str] = {}
+    for word in args:
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", word):
+            break
+        name, value = word.split("=", 1)
+        env[name] = value
+    return env
+
+
 def _flags(args: list[str]) -> dict[str, str]:
     flags: dict[str, str] = {}
-    i = 0
+    i = len(_env(args))
     while i < len(args):
         word = args[i]
         if i + 1 == len(args) or args[i + 1].startswith("--"):  # a switch (--enable-prefix-caching, ...)
@@ -87,7 +98,7 @@ def _flags(args: list[str]) -> dict[str, str]:
     return flags
 
 
-def _render_vars(flags: dict[str, str]) -> dict[str, Any]:
+def _render_vars(flags: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
     variables: dict[str, Any] = {
         "vllm_service_model": "/models/under-test",
         "vllm_service_host": "127.0.0.1",
@@ -101,14 +112,21 @@ def _render_vars(flags: dict[str, str]) -> dict[str, Any]:
         variables["vllm_service_max_num_batched_tokens"] = int(flags["--max-num-batched-tokens"])
     if "--enable-prefix-caching" in flags:
         variables["vllm_service_enable_prefix_caching"] = True
-    if "--block-size" in flags:
-        variables["vllm_service_extra_args"] = ["--block-size", flags["--block-size"]]
+    extra_args = ["--block-size", flags["--block-size"]] if "--block-size" in flags else []
+    if "--disable-hybrid-kv-cache-manager" in flags:
+        extra_args.append("--disable-hybrid-kv-cache-manager")
+    if extra_args:
+        variables["vllm_service_extra_args"] = extra_args
+    if env:
+        variables["vllm_service_extra_env"] = env
     if "--hf-overrides" in flags:
         variables["vllm_service_hf_overrides"] = json.loads(flags["--hf-overrides"])
     return variables
 
 
-def _plan_argv(flags: dict[str, str], config: Path, release: str, device: str) -> list[str]:
+def _plan_argv(
+    flags: dict[str, str], env: dict[str, str], config: Path, release: str, device: str
+) -> list[str]:
     argv = ["plan", "--model-config", str(config), "--vllm-version", release, "--device", device]
     argv += ["--max-model-len", flags["--max-model-len"]]
     argv += ["--kv-cache-memory-bytes", str(_size(flags["--kv-cache-memory-bytes"]))]
@@ -116,8 +134,11 @@ def _plan_argv(flags: dict[str, str], config: Path, release: str, device: str) -
     for flag in ("--kv-cache-dtype", "--max-num-batched-tokens", "--block-size", "--hf-overrides"):
         if flag in flags:
             argv += [flag, flags[flag]]
-    if "--enable-prefix-caching" in flags:
-        argv.append("--enable-prefix-caching")
+    for switch in ("--enable-prefix-caching", "--disable-hybrid-kv-cache-manager"):
+        if switch in flags:
+            argv.append(switch)
+    for name, value in env.items():
+        argv += ["--env", f"{name}={value}"]
     return [*argv, "--json"]
 
 
@@ -135,12 +156,12 @@ def test_render_and_plan_give_vllms_own_line(
     report = _report(log)
     release = report.version or release
     assert release, f"{log}: the log prints no release; give it in runs.tsv's first column"
-    flags = _flags(args)
+    flags, env = _flags(args), _env(args)
     config = FIXTURES / "models" / f"{model}.config.json"
     device = report.kv_cache_device or "GPU"
 
     vars_file = tmp_path / "vars.yml"
-    vars_file.write_text(yaml.safe_dump(_render_vars(flags)), encoding="utf-8")
+    vars_file.write_text(yaml.safe_dump(_render_vars(flags, env)), encoding="utf-8")
     render = ["render", "--vars", str(vars_file), "--vllm-version", release, "--model-config", str(config)]
     if device == "CPU":
         instance = {"name": "i0", "device": "cpu", "tensor_parallel_size": 1, "port": 8000}
@@ -150,7 +171,7 @@ def test_render_and_plan_give_vllms_own_line(
     expectations = rendered["expectations"]
     assert "kv_cache_tokens" in expectations, rendered["warnings"]
 
-    code, plan = _json(capsys, _plan_argv(flags, config, release, device))
+    code, plan = _json(capsys, _plan_argv(flags, env, config, release, device))
     assert code == 0
 
     seen = (report.kv_cache_tokens, report.max_concurrency)

@@ -142,6 +142,7 @@ def _handle(args: argparse.Namespace) -> int:
         ),
         pp_layer_partition=_partition(args.pp_layer_partition),
         env=_env(args.env),
+        disable_hybrid_kv_cache_manager=args.disable_hybrid_kv_cache_manager,
     )
     emit(plan.to_dict(), args.json, format_plan(plan))
     return 0
@@ -209,6 +210,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="a variable of the service's environment (vllm_service_extra_env) that steers vLLM's KV-cache "
         "manager, e.g. VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; repeatable",
+    )
+    parser.add_argument(
+        "--disable-hybrid-kv-cache-manager",
+        action="store_true",
+        default=None,
+        help="as vLLM's flag (in vllm_service_extra_args): sliding-window and chunked-local layers sized "
+        "as full attention",
     )
     parser.add_argument(
         "--num-speculative-tokens", default="0", metavar="K", help="MTP/draft tokens (hybrid models' state)"

@@ -37,6 +37,9 @@ class Proof:
 
 _H200 = "gpu-h200-vllm-0.26.0-families/runs.tsv"
 _CPU_PP = "lab-cpu-vllm-0.32.0-pp/runs.tsv"
+# Llama 4's geometry (chunk 8192, every 4th layer global) on one H200: the hybrid manager on by default,
+# off by VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 and by --disable-hybrid-kv-cache-manager
+_H200_LLAMA4 = "gpu-h200-vllm-0.26.0-llama4/runs.tsv"
 
 PROVEN: tuple[Proof, ...] = (
     Proof(
@@ -75,6 +78,8 @@ PROVEN: tuple[Proof, ...] = (
     Proof("mamba1", "0.26.0", "0.26.0", (_H200,)),
     Proof("kda", "0.26.0", "0.26.0", (_H200,)),
     Proof("mamba_cache_all", "0.26.0", "0.26.0", (_H200,)),
+    Proof("chunked_local_hybrid", "0.26.0", "0.26.0", (_H200_LLAMA4,)),
+    Proof("unified_as_full_attention", "0.26.0", "0.26.0", (_H200_LLAMA4,)),
     Proof("pipeline", "0.32.0", "0.32.0", (_CPU_PP,)),
     Proof("decode_context_parallel", "0.32.0", "0.32.0", (_CPU_PP,)),
 )
