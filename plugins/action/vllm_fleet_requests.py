@@ -11,15 +11,20 @@ cut to its answer.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.host import InstancePlan
 from vllm_fleet.verify.live import Request, send_test_requests
+from vllm_fleet.verify.progress import WAIT_PROGRESS_INTERVAL_S, requests_progress_line
 from vllm_fleet.verify.report import api_target
+
+display = Display()
 
 ARGUMENT_SPEC = {
     # the instance plan and the address to call, as vllm_fleet_wait takes them (the same target)
@@ -56,6 +61,9 @@ class ActionModule(ActionBase):
             timeout_s=args["timeout"],
             api_key=args["api_key"],
         )
+        host = task_vars.get("inventory_hostname", "?")
+        started = last_line = time.monotonic()
+        answered = 0
 
         def send(
             method: str,
@@ -82,6 +90,13 @@ class ActionModule(ActionBase):
             )
             answer = {key: res[key] for key in ANSWER_KEYS if key in res}
             answer.setdefault("status", -1)
+            nonlocal answered, last_line
+            answered += 1
+            # a line at least every interval plus one request's time
+            if time.monotonic() - last_line >= WAIT_PROGRESS_INTERVAL_S:
+                last_line = time.monotonic()
+                elapsed, status = last_line - started, answer["status"]
+                display.display(requests_progress_line(host, target.instance, answered, elapsed, status))
             return answer
 
         result.update(changed=False, **send_test_requests(target, request, args["metrics_before"], send))

@@ -26,7 +26,7 @@ from vllm_fleet.lab.progress import (
     format_bar,
     format_progress,
 )
-from vllm_fleet.verify.progress import last_log_line, wait_progress_line
+from vllm_fleet.verify.progress import last_log_line, requests_progress_line, wait_progress_line
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "lab"
 
@@ -254,3 +254,8 @@ def test_wait_progress_line() -> None:
         "(unit active/running, /health no answer yet); vLLM's last line: warming up"
     )
     assert "/health 503" in wait_progress_line("h", "u", 1, 2, "s", 503, "x")
+
+
+def test_requests_progress_line() -> None:
+    line = requests_progress_line("default-1", "i0", 6, 10.6, 200)
+    assert line == "default-1 i0: test requests, 6 answered in 11 s (the last: HTTP 200)"

@@ -36,3 +36,14 @@ def wait_progress_line(
         f"{host} {unit}: waiting for the model to load, {waited_s:.0f} s of {timeout_s} s "
         f"({unit_state}, {answer}); vLLM's last line: {last_line}"
     )
+
+
+def requests_progress_line(
+    host: str, instance: str, answered: int, elapsed_s: float, last_status: int
+) -> str:
+    """`default-1 i0: test requests, 6 answered in 11 s (the last: HTTP 200)`: the test requests after a start
+    (warm-ups included) take 10-20 s on a CPU host, so they say where they are too."""
+    return (
+        f"{host} {instance}: test requests, {answered} answered in {elapsed_s:.0f} s "
+        f"(the last: HTTP {last_status})"
+    )
