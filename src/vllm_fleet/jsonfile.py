@@ -8,7 +8,8 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 from vllm_fleet.errors import FleetInputError
 
@@ -69,3 +70,40 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text[:40]} is not a finite number")
     return value
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether JSON-shaped `value` is of the annotated type `hint` (str, int, float, bool, None, Any, unions,
+    list[X], tuple[X, ...], dict[K, V]); a float must be finite, a bool is no int."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (Union, UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if hint is None or hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if origin in (list, tuple):
+        return isinstance(value, list | tuple) and all(_matches(item, args[0]) for item in value)
+    if origin is dict:
+        return isinstance(value, Mapping) and all(
+            _matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items()
+        )
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def check_shape(values: Mapping[str, Any], hints: Mapping[str, Any], where: str, fix: str) -> None:
+    """Every value of `values` whose key `hints` types is of that type (a JSON document read back: a plan,
+    a rendered command, recorded answers); else a FleetInputError naming `where`, the key, the value and
+    `fix`."""
+    for key, hint in hints.items():
+        if key in values and not _matches(values[key], hint):
+            shown = repr(values[key])
+            shown = shown if len(shown) <= 60 else shown[:40] + "..."
+            kind = getattr(hint, "__name__", None) if get_origin(hint) is None else None
+            raise FleetInputError(f"{where}: {key} = {shown} is not {kind or str(hint)}; {fix}")

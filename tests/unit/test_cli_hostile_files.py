@@ -258,8 +258,7 @@ def test_plan_and_monitoring_over_a_hostile_probe_report(
 ) -> None:
     inventory, report = facts_inventory
     cases: list[tuple[str, Any]] = [(kind, hostile[kind]) for kind in hostile if kind != "missing"]
-    # the report itself and its topology of a wrong kind (a topology whose fields have wrong types is not
-    # checked before the layout reads it: not done, see the report of issue 31's hostile-files branch)
+    # the report itself and its topology of a wrong kind (fields of a wrong type: the test below)
     cases += [(f"topology={v!r}", {"topology": v}) for v in WRONG] + [("list", [report])]
     cases.append(("valid", report))
     for name, source in cases:
@@ -291,3 +290,42 @@ def test_plan_and_monitoring_over_a_hostile_probe_report(
             else:
                 # refused naming the report, or planned from what it holds (an empty topology: plan errors)
                 assert code in (0, 1) or (code == 2 and "seed-4090" in err), (name, argv[0], err)
+
+
+# (what is changed in the probe report's topology, the path the message must name)
+WRONG_FIELDS = [
+    (("gpus", 0, "memory_mib"), "lots", "gpus[0]: memory_mib = 'lots'"),
+    (("gpus", 0, "cpus"), "0-7", "gpus[0]: cpus = '0-7'"),
+    (("gpus", 0, "index"), "a", "gpus[0]: index = 'a'"),
+    (("gpus", 0, "numa_node"), 0.5, "gpus[0]: numa_node = 0.5"),
+    (("gpus", 0, "pcie", "gen_max"), "four", "gpus[0].pcie: gen_max = 'four'"),
+    (("gpus", 1), "GPU1", "gpus[1]: gpu = 'GPU1'"),
+    (("gpus",), {"0": {}}, "topology: gpus = "),
+    (("links",), "x", "topology: links = 'x'"),
+    (("links", 0, 1), 7, "topology: links = "),
+    (("numa_nodes",), [{"id": 0, "cpus": 5}], "numa_nodes[0]: cpus = 5"),  # the recording has none
+    (("numa_nodes",), [{"id": None, "cpus": []}], "numa_nodes[0]: id = None"),
+    (("numa_distances",), {"0": {"0": "ten"}}, "topology: numa_distances = "),
+    (("sockets",), "two", "topology: sockets = 'two'"),
+    (("p2p_read",), [["OK", 1]], "topology: p2p_read = "),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "named"), WRONG_FIELDS, ids=[w[2] for w in WRONG_FIELDS])
+def test_a_probe_report_with_a_field_of_the_wrong_type_is_refused_naming_it(
+    facts_inventory: tuple[Path, dict[str, Any]], path: tuple[Any, ...], value: Any, named: str,
+    tmp_path: Path, capsys: Capture,
+) -> None:  # fmt: skip
+    """Issue 31's gap: a topology whose fields had wrong types reached the layout (a TypeError there)."""
+    inventory, report = facts_inventory
+    damaged = copy.deepcopy(report)
+    holder = damaged["topology"]
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = value
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "seed-4090.json").write_text(json.dumps(damaged))
+    code, out, err = run(capsys, ["plan", "--inventory", str(inventory), "--facts", str(probe), "--json"])
+    assert code == 2 and named in err and "run playbooks/probe.yml again" in err, (code, out[-300:], err)
+    assert "Traceback" not in err

@@ -25,8 +25,9 @@ from typing import Any
 
 from vllm_fleet.cli import emit, read_json_input
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import check_shape
 from vllm_fleet.plan.build import unit_name
-from vllm_fleet.plan.host import InstanceNeeds, InstancePlan, check_shape
+from vllm_fleet.plan.host import InstanceNeeds, InstancePlan
 from vllm_fleet.verify import live
 from vllm_fleet.verify.metrics import parse_prometheus
 from vllm_fleet.verify.report import (

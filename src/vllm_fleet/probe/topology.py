@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet.errors import FleetInputError
+from vllm_fleet.jsonfile import check_shape
 from vllm_fleet.terminal import without_escapes
 
 FIXTURE_SENTINEL = "# ---- verbatim below ----"
@@ -865,6 +866,51 @@ class Gpu:
         }
 
 
+# The JSON shape of Topology.to_dict(), as from_dict reads it back (None where a probe may not know).
+_TOPOLOGY_HINTS: dict[str, Any] = {
+    "gpus": list[Any] | None,
+    "links": list[list[str | None]] | None,
+    "nics": list[str] | None,
+    "nic_names": dict[str, str] | None,
+    "nic_links": list[list[str | None]] | None,
+    "p2p_read": list[list[str]] | None,
+    "p2p_write": list[list[str]] | None,
+    "numa_nodes": list[Any] | None,
+    "numa_distances": dict[str, dict[str, int]] | None,
+    "sockets": int | None,
+    "cpu_count": int | None,
+    "cpu_model": str | None,
+    "hypervisor": str | None,
+    "warnings": list[str] | None,
+    "missing_rows": list[str] | None,
+}
+_GPU_HINTS: dict[str, Any] = {
+    "index": int,
+    "name": str | None,
+    "uuid": str | None,
+    "bus_id": str | None,
+    "memory_mib": int | None,
+    "cpus": list[int] | None,
+    "cpu_affinity": str | None,
+    "numa_node": int | None,
+    "numa_source": str,
+    "gpu_numa_id": int | None,
+    "pcie": dict[str, Any] | None,
+}
+_PCIE_HINTS: dict[str, Any] = {
+    "gen_current": int | None,
+    "gen_max": int | None,
+    "width_current": int | None,
+    "width_max": int | None,
+}
+_NUMA_NODE_HINTS: dict[str, Any] = {
+    "id": int,
+    "cpus": list[int] | None,
+    "memory_mb": int | None,
+    "free_mb": int | None,
+}
+
+
 @dataclass
 class Topology:
     """One host: GPUs, how they are joined, P2P, NUMA nodes. `to_dict()` is the JSON of DESIGN §4."""
@@ -943,8 +989,18 @@ class Topology:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Topology:
-        """Rebuild a Topology from `to_dict()` output (e.g. the `gpu_topology.topology` fact)."""
+    def from_dict(cls, data: Mapping[str, Any], fix: str = "run playbooks/probe.yml again") -> Topology:
+        """Rebuild a Topology from `to_dict()` output (e.g. the `gpu_topology.topology` fact, a saved probe
+        report). Every field the layout reads is type-checked first: a report edited by hand (or damaged)
+        is a FleetInputError naming the field and the value, never an exception deep in the planner."""
+        check_shape(data, _TOPOLOGY_HINTS, "topology", fix)
+        for index, gpu in enumerate(data.get("gpus") or []):
+            check_shape({"gpu": gpu}, {"gpu": dict[str, Any]}, f"topology gpus[{index}]", fix)
+            check_shape(gpu, _GPU_HINTS, f"topology gpus[{index}]", fix)
+            check_shape(gpu.get("pcie") or {}, _PCIE_HINTS, f"topology gpus[{index}].pcie", fix)
+        for index, node in enumerate(data.get("numa_nodes") or []):
+            check_shape({"node": node}, {"node": dict[str, Any]}, f"topology numa_nodes[{index}]", fix)
+            check_shape(node, _NUMA_NODE_HINTS, f"topology numa_nodes[{index}]", fix)
         gpus = []
         for g in data.get("gpus") or []:
             pcie = g.get("pcie") or {}
