@@ -16,8 +16,11 @@ from ansible.utils.display import Display
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.gateway.drain import (
     UNKNOWN_SERVER,
+    Read,
+    drain_argv,
     drain_target,
     drain_verdict,
+    parse_drain,
     parse_read,
     read_argv,
     server_row,
@@ -42,8 +45,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True
 
-    def _read(self, args: dict, commands: list[str], metrics_url: str, task_vars: dict):
-        argv = read_argv(args["python"], args["socket"], commands, metrics_url)
+    def _on_gateway(self, args: dict, argv: list[str], task_vars: dict) -> str:
+        """One script run on the gateway host (this task is delegated there): its stdout."""
         res = self._execute_module(
             module_name="ansible.builtin.command", module_args={"argv": argv}, task_vars=task_vars
         )
@@ -52,7 +55,38 @@ class ActionModule(ActionBase):
                 f"vllm_fleet_gateway_server: the gateway's runtime API at {args['socket']} did not answer: "
                 f"{(res.get('stderr') or res.get('msg') or '')[-500:]}"
             )
-        return parse_read(res.get("stdout", ""))
+        return res.get("stdout", "")
+
+    def _read(self, args: dict, commands: list[str], metrics_url: str, task_vars: dict):
+        argv = read_argv(args["python"], args["socket"], commands, metrics_url)
+        return parse_read(self._on_gateway(args, argv, task_vars))
+
+    def _drain(self, args: dict, target, task_vars: dict) -> Read:
+        """Drain the server once another one that takes its requests is UP (the drain script decides, under
+        the gateway's lock), waiting up to the timeout; answered as the first read of a `ready` is."""
+        argv = drain_argv(args["python"], args["socket"], target)
+        start = next_line = time.monotonic()
+        while True:
+            drain = parse_drain(self._on_gateway(args, argv, task_vars))
+            if drain.no_socket or drain.drained:
+                return Read([drain.reply], None, "", drain.no_socket)
+            others = ", ".join(f"{name} {status}" for name, status in drain.others.items())
+            waited = time.monotonic() - start
+            if waited >= args["timeout"]:
+                raise AnsibleActionFail(
+                    f"vllm_fleet_gateway_server: {target.backend}/{target.server} was not drained: no other "
+                    f"server that takes its requests came back in service within {args['timeout']} s "
+                    f"({others}), and draining it too would leave the gateway nothing to send them to; "
+                    "restart the hosts one at a time (playbooks/rollout.yml), bring the others back, or "
+                    "raise vllm_service_drain_timeout"
+                )
+            if time.monotonic() >= next_line:
+                next_line = time.monotonic() + 10
+                display.display(
+                    f"{target.backend}/{target.server}: waiting for another server to be in service before "
+                    f"it leaves the gateway, {waited:.0f} s of {args['timeout']} s ({others})"
+                )
+            time.sleep(args["interval"])
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -61,7 +95,10 @@ class ActionModule(ActionBase):
         try:
             plan = InstancePlan.from_dict(args["plan"])
             target = drain_target(plan, args["instance_set"], args["host_address"], args["gateway_host"])
-            first = self._read(args, [target.command(args["state"])], "", task_vars)
+            if args["state"] == "drain":
+                first = self._drain(args, target, task_vars)
+            else:
+                first = self._read(args, [target.command(args["state"])], "", task_vars)
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_gateway_server: {exc}") from exc
         result.update(backend=target.backend, server=target.server, state=args["state"])

@@ -1,6 +1,8 @@
 """Draining one instance at the gateway before it restarts, and putting it back: HAProxy's runtime API.
 
     drain_target(plan, set, host_address, gateway_host) -> Target  the backend, server and /metrics URL
+    drain_argv(python, socket, target) -> argv                     drain it, unless that leaves none serving
+    parse_drain(stdout) -> Drain                                   what the drain script did
     read_argv(python, socket, commands, metrics_url) -> argv       one read on the gateway host
     server_row(show_stat, target) -> StatRow | None                that server's row of `show stat`
     drain_verdict(row, read, waited_s, timeout_s) -> Verdict       waiting, drained or timeout
@@ -11,6 +13,14 @@ but vLLM may still hold requests another client sent it directly. The gauges are
 the API server still answers /metrics reliably (during vLLM's own drain /metrics failed 5 polls of 6, shared
 research fleet-serving §2.2). A drain that times out is reported and the restart goes on: `--shutdown-timeout`
 lets vLLM finish what is left (the second line of defence).
+
+The drain itself keeps the fleet serving: a server is drained only while another server that takes its
+requests is UP (one of its own set, or of a larger set, to which the frontend sends a set's requests while
+the set has none: vllm_fleet.gateway.haproxy). Hosts restarted in parallel (site.yml, deploy.yml) would
+otherwise all leave the gateway at once and every request get a 503. The check and the drain run under one
+lock on the gateway host, so two hosts asking at the same moment are answered one after the other: the second
+waits until the first is back. A fleet of one server has no other to wait for: it is drained (its restart
+refuses new requests for a while; --shutdown-timeout finishes those in flight).
 """
 
 from __future__ import annotations
@@ -59,6 +69,47 @@ READ_SCRIPT = (
 )
 
 
+# Runs on the gateway host under an exclusive lock beside the runtime socket: reads `show stat`, and drains
+# backend/server only if a server of that backend or of a later one (a larger set: backends come in the
+# config's order, smallest set first) other than it is UP, or if no other server exists at all. Prints one
+# JSON object: drained (bool), reply (the drain command's answer), others ({backend/server: status}).
+DRAIN_SCRIPT = (
+    "import csv, fcntl, io, json, os, socket, sys\n"
+    "path, backend, server = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+    "def ask(command):\n"
+    "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "    s.settimeout(10)\n"
+    "    s.connect(path)\n"
+    "    s.sendall(command.encode() + b'\\n')\n"
+    "    chunks = []\n"
+    "    while True:\n"
+    "        chunk = s.recv(65536)\n"
+    "        if not chunk:\n"
+    "            break\n"
+    "        chunks.append(chunk)\n"
+    "    s.close()\n"
+    "    return b''.join(chunks).decode(errors='replace')\n"
+    "if not os.path.exists(path):\n"
+    "    print(json.dumps({'no_socket': True}))\n"
+    "    sys.exit(0)\n"
+    "with open(path + '.vllm-fleet-drain.lock', 'a') as lock:\n"
+    "    fcntl.flock(lock, fcntl.LOCK_EX)\n"
+    "    stat = ask('show stat').lstrip()\n"
+    "    rows = [r for r in csv.DictReader(io.StringIO(stat[2:]))\n"
+    "            if r.get('svname') not in ('FRONTEND', 'BACKEND')]\n"
+    "    order = list(dict.fromkeys(r['pxname'] for r in rows))\n"
+    "    later = order[order.index(backend):] if backend in order else [backend]\n"
+    "    others = {r['pxname'] + '/' + r['svname']: r['status'] for r in rows\n"
+    "              if r['pxname'] in later and (r['pxname'], r['svname']) != (backend, server)}\n"
+    "    serving = [name for name, status in others.items() if status.startswith('UP')]\n"
+    "    if others and not serving:\n"
+    "        print(json.dumps({'drained': False, 'reply': '', 'others': others}))\n"
+    "        sys.exit(0)\n"
+    "    reply = ask('set server ' + backend + '/' + server + ' state drain')\n"
+    "    print(json.dumps({'drained': True, 'reply': reply, 'others': others}))\n"
+)
+
+
 @dataclass(frozen=True)
 class Target:
     backend: str
@@ -78,6 +129,32 @@ def drain_target(
     server: Server = server_of(plan, host_address, gateway_host)
     name = check_set_name(instance_set, plan.host)
     return Target(backend=f"set_{name}", server=server.name, metrics_url=f"http://{server.address}/metrics")
+
+
+def drain_argv(python: str, socket_path: str, target: Target) -> list[str]:
+    return [python, "-c", DRAIN_SCRIPT, socket_path, target.backend, target.server]
+
+
+@dataclass(frozen=True)
+class Drain:
+    drained: bool  # the drain command was sent (its reply says whether HAProxy took it)
+    reply: str
+    others: dict[str, str]  # the servers that could take its requests: backend/server -> status
+    no_socket: bool = False
+
+
+def parse_drain(stdout: str) -> Drain:
+    try:
+        data = json.loads(stdout.strip().splitlines()[-1])
+        return Drain(
+            bool(data.get("drained")),
+            str(data.get("reply") or ""),
+            {str(k): str(v) for k, v in (data.get("others") or {}).items()},
+            bool(data.get("no_socket")),
+        )
+    except (IndexError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        shown = stdout[-300:]
+        raise FleetInputError(f"gateway drain: not the drain script's JSON ({exc}): {shown!r}") from exc
 
 
 def read_argv(python: str, socket_path: str, commands: list[str], metrics_url: str = "") -> list[str]:
