@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from typing import Any
 
 from vllm_fleet import flags as flagcat
@@ -358,6 +359,16 @@ def validate_instance(
         "numa_binding": {"mode": view["numa_mode"], "nodes": view["numa_nodes"]},
         "port": view["port"],
     }
+    node = view.get("node")
+    if node is not None:
+        # what every rank's startup lines must show (verify): the world and this rank's stages
+        expectations.update(
+            pipeline_parallel_size=node.pipeline_parallel_size,
+            nnodes=node.nnodes,
+            node_rank=node.rank,
+            stages=list(node.stages),
+            stage_layers=list(node.stage_layers),
+        )
 
     if spec.enable_auto_tool_choice and not spec.tool_call_parser:
         errors.append(
@@ -402,6 +413,13 @@ def validate_instance(
             errors.append(str(exc))
         else:
             errors += extra_args.parallel_errors(plan_args, name, tp)
+            if node is not None:
+                # the stages over the hosts: the pool has the block count of the stage with the most layers
+                plan_args = replace(
+                    plan_args,
+                    pipeline_parallel_size=node.pipeline_parallel_size,
+                    pp_layer_partition=node.pp_layer_partition or None,
+                )
             _capacity_rules(spec, tp, view, release, model_config, errors, warnings, expectations, plan_args)
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is not None:
         warnings.append(
