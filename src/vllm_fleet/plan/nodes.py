@@ -220,8 +220,8 @@ def parallel_sizes(variables: Mapping[str, Any], nnodes: int, local: int) -> tup
             tp,
             pp,
             [
-                f"{TP} x {PP}: {tp} x {pp} = {tp * pp}, but the instance has {shape}; make the product {world} "
-                f"(e.g. {TP}: {local}, {PP}: {nnodes})"
+                f"{TP} x {PP}: {tp} x {pp} = {tp * pp}, but the instance has {shape}; make the product "
+                f"{world} (e.g. {TP}: {local}, {PP}: {nnodes})"
             ],
         )
     if pp and not tp:
@@ -235,9 +235,9 @@ def parallel_sizes(variables: Mapping[str, Any], nnodes: int, local: int) -> tup
             tp,
             pp,
             [
-                f"{TP}: {tp} with {shape}: tensor parallelism must stay inside one host (its all-reduce on every "
-                f"layer would cross the network); use a divisor of {local} and let {PP} split the layers "
-                f"over the hosts (e.g. {TP}: {local}, {PP}: {nnodes})"
+                f"{TP}: {tp} with {shape}: tensor parallelism must stay inside one host (its all-reduce on "
+                f"every layer would cross the network); use a divisor of {local} and let {PP} split the "
+                f"layers over the hosts (e.g. {TP}: {local}, {PP}: {nnodes})"
             ],
         )
     return tp, pp, []
