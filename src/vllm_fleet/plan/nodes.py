@@ -106,6 +106,8 @@ def peer_of(
     ansible_host: str = "",
 ) -> Peer:
     port = variables.get(MASTER_PORT)
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)  # `-e vllm_service_master_port=29600` is a string; its argument spec made it an int
     return Peer(
         name=name,
         nodes=node_list(variables),
