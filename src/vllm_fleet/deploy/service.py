@@ -226,7 +226,7 @@ def unit_text(
     name: str,
     argv: list[str],
     *,
-    health_url: str,
+    health_url: str,  # "": a headless rank of a multi-host instance, which has no API
     layout_instance: Mapping[str, Any],
     vllm_version: str,
     options: ServiceOptions,
@@ -269,9 +269,23 @@ def unit_text(
         *(words("Environment", item, variable="vllm_service_cache_dir") for item in cache_env),
         unit("EnvironmentFile", env_path, variable="vllm_service_config_dir"),
         exec_start_lines(argv),
-        # Ready means /health answers: the start timeout below covers loading the model.
-        directive(
-            "exec", "ExecStartPost", options.python, "-c", WAIT_READY, health_url, variable="vllm_service"
+        # Ready means /health answers: the start timeout below covers loading the model. A headless rank
+        # has no API: it is started when its process is (its workers then wait for rank 0, which waits for
+        # them before /health answers).
+        *(
+            [
+                directive(
+                    "exec",
+                    "ExecStartPost",
+                    options.python,
+                    "-c",
+                    WAIT_READY,
+                    health_url,
+                    variable="vllm_service",
+                )
+            ]
+            if health_url
+            else []
         ),
         unit("TimeoutStartSec", options.start_timeout),
         # Past vLLM's own drain of the requests in flight (--shutdown-timeout) and its teardown.
@@ -342,7 +356,8 @@ def instance_files(
                 f"value was given; set vllm_service_api_key (VLLM_API_KEY) or vllm_service_secret_env.{key}"
             )
     env_text = env_file_text({**plan.env, **secret}, secret=frozenset(secret))
-    health_url = f"{plan.base_url}/health"
+    headless = bool((plan.node or {}).get("headless"))
+    health_url = "" if headless else f"{plan.base_url}/health"
     text = unit_text(
         name,
         plan.argv,
@@ -396,9 +411,11 @@ def restart_list(
     todo = []
     for f in files:
         state = active.get(f.name, "")
+        # a headless rank of a multi-host instance starts before rank 0 (roles/vllm_service/tasks/apply.yml)
+        rank = {"headless": True} if (f.plan.get("node") or {}).get("headless") else {}
         if applied.get(f.name, "").strip() != f.digest:
             why = "its unit, environment or serve command changed" if f.name in applied else "new instance"
-            todo.append({"name": f.name, "unit": f.unit_name, "action": "restarted", "why": why})
+            todo.append({"name": f.name, "unit": f.unit_name, "action": "restarted", "why": why, **rank})
         elif state not in ("active", "activating", "reloading"):
             todo.append(
                 {
@@ -406,6 +423,7 @@ def restart_list(
                     "unit": f.unit_name,
                     "action": "started",
                     "why": f"it is {state or 'not running'}",
+                    **rank,
                 }
             )
     return todo

@@ -1,0 +1,75 @@
+"""The units of a multi-host instance's ranks, rendered from the example inventory's real plan
+(inventory/examples/2x4x4090-pp: recorded topology, real config.json) and checked by systemd itself."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vllm_fleet.deploy.service import ServiceOptions, instance_files, restart_list
+from vllm_fleet.plan.inventory import plan_inventory
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "inventory" / "examples" / "2x4x4090-pp"
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+KEY = "example-key-not-a-secret-replace-with-ansible-vault"
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, object]:
+    plans = plan_inventory(str(EXAMPLE), project_dir=ROOT)
+    return {
+        host: instance_files(plan.instances[0], options=ServiceOptions(), secret_env={"VLLM_API_KEY": KEY})
+        for host, plan in plans.items()
+    }
+
+
+def test_rank_0_waits_for_its_api_and_a_headless_rank_for_nothing(files: dict) -> None:
+    rank0, rank1 = files["pp-4090-a"], files["pp-4090-b"]
+    assert "ExecStartPost=" in rank0.unit_text and "http://127.0.0.1:8000/health" in rank0.unit_text
+    # a headless rank has no API: a /health wait would hold its start until the start timeout
+    assert "ExecStartPost=" not in rank1.unit_text and rank1.health_url == ""
+    assert "--headless" in rank1.unit_text and "--node-rank 1" in rank1.unit_text
+    assert 'VLLM_HOST_IP="192.0.2.22"' in rank1.env_text
+
+
+def test_a_headless_rank_is_marked_to_start_before_rank_0(files: dict) -> None:
+    """The role starts the marked items first on every host, then rank 0 (vllm_service/tasks/apply.yml)."""
+    rank0, rank1 = files["pp-4090-a"], files["pp-4090-b"]
+    assert restart_list([rank1], {}, {}) == [
+        {
+            "name": "i0",
+            "unit": rank1.unit_name,
+            "action": "restarted",
+            "why": "new instance",
+            "headless": True,
+        }
+    ]
+    assert restart_list([rank0], {}, {}) == [
+        {"name": "i0", "unit": rank0.unit_name, "action": "restarted", "why": "new instance"}
+    ]
+    assert restart_list([rank1], {"i0": rank1.digest}, {"i0": "failed"})[0]["headless"] is True
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is needed (apt-get install systemd)")
+@pytest.mark.parametrize("host", ["pp-4090-a", "pp-4090-b"])
+def test_each_ranks_unit_passes_systemd_analyze_verify(files: dict, host: str, tmp_path: Path) -> None:
+    unit = files[host]
+    root = tmp_path / "root"
+    (root / "lib" / "systemd").mkdir(parents=True)
+    shutil.copytree("/lib/systemd/system", root / "lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    for word in (unit.plan["argv"][0], "/usr/bin/python3"):
+        exe = root / word.lstrip("/")
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    path = root / "etc/systemd/system" / unit.unit_name
+    path.write_text(unit.unit_text)
+    proc = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", f"--root={root}", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.stdout + proc.stderr).strip() == "" and proc.returncode == 0, proc.stdout + proc.stderr
