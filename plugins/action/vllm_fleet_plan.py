@@ -11,6 +11,7 @@ seconds.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,27 @@ ARGUMENT_SPEC = {
     "roles_dir": {"type": "path", "required": True},
     # On the controller: the probe's facts (`probe`, the gpu_topology fact) kept as <probe_dir>/<host>.json
     # for `vllm-fleet plan --inventory`, and the plan, once it has no error, as <plan_dir>/<host>.json.
+    # `ip -j addr show` of the host, read where it is one rank of an instance over several hosts
+    "interfaces": {"type": "raw"},
     "probe": {"type": "dict"},
     "probe_dir": {"type": "path"},
     "plan_dir": {"type": "path"},
 }
+
+
+def interfaces_read(text: Any) -> list[dict[str, Any]] | None:
+    """The stdout of `ip -j addr show` (None or '': not read)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text) if isinstance(text, str) else text
+    except ValueError as exc:
+        raise FleetInputError(
+            f"ip -j addr show: not JSON ({exc}); is iproute2 installed on the host?"
+        ) from exc
+    if not isinstance(data, list):
+        raise FleetInputError("ip -j addr show: expected a JSON list of interfaces")
+    return [dict(link) for link in data if isinstance(link, dict)]
 
 
 class ActionModule(ActionBase):
@@ -125,6 +143,7 @@ class ActionModule(ActionBase):
                 model_config=config,
                 model_config_source=config_source,
                 peers=peers,
+                interfaces=interfaces_read(args["interfaces"]),
             )
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_plan ({host}): {exc}") from exc

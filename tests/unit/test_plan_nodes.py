@@ -341,3 +341,56 @@ def test_cpu_pipeline_stages_with_enforce_eager_are_refused() -> None:
     variables = {**LAB_VARS, "vllm_service_nodes": ["a", "b"]}
     text = errors_of(group({"a": cpu_topology(), "b": cpu_topology()}, variables, config=TINY_CONFIG))
     assert "vllm_service_enforce_eager: true on a CPU host with pipeline parallelism" in text
+
+
+# ------------------------------------------------------------------------- the interface between the nodes
+
+IP_ADDR = json.loads((FIXTURES / "network" / "ip-j-addr-controller.json").read_text())
+
+
+def test_the_interface_that_carries_the_nodes_address_is_gloos_and_nccls() -> None:
+    """`ip -j addr show` of a real machine (its eth0 holds 192.0.2.2): the rank whose address that is gets
+    GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME eth0."""
+    variables = {**SERVE, "vllm_service_node_address": "192.0.2.2"}
+    peers = {
+        "a": peer_of("a", variables, rtx4090x8(), vllm_version="0.32.0"),
+        "b": peer_of("b", SERVE, rtx4090x8(), vllm_version="0.32.0", ansible_host="10.0.0.2"),
+    }
+    plan = build_host_plan(
+        "a",
+        variables,
+        rtx4090x8(),
+        vllm_version="0.32.0",
+        model_config=model("llama-3.1-8b"),
+        peers=peers,
+        interfaces=IP_ADDR,
+    )
+    assert plan.ok, plan.errors
+    (rank0,) = plan.instances
+    assert rank0.env["GLOO_SOCKET_IFNAME"] == rank0.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert rank0.node is not None and rank0.node["interface"] == "eth0"
+    # without the host's addresses (vllm-fleet plan --inventory reads no host) the interface is not planned
+    (unread,) = build_host_plan(
+        "a", variables, rtx4090x8(), vllm_version="0.32.0", model_config=model("llama-3.1-8b"), peers=peers
+    ).instances
+    assert "GLOO_SOCKET_IFNAME" not in unread.env
+
+
+def test_an_address_the_host_does_not_have_is_refused() -> None:
+    variables = {**SERVE, "vllm_service_node_address": "192.0.2.7"}
+    peers = {
+        "a": peer_of("a", variables, rtx4090x8(), vllm_version="0.32.0"),
+        "b": peer_of("b", SERVE, rtx4090x8(), vllm_version="0.32.0", ansible_host="10.0.0.2"),
+    }
+    plan = build_host_plan(
+        "a",
+        variables,
+        rtx4090x8(),
+        vllm_version="0.32.0",
+        model_config=model("llama-3.1-8b"),
+        peers=peers,
+        interfaces=IP_ADDR,
+    )
+    text = "\n".join(plan.errors)
+    assert "vllm_service_node_address: 192.0.2.7 is no address of a (ip addr shows" in text
+    assert "192.0.2.2" in text and "127.0.0.1" in text

@@ -1,11 +1,13 @@
 """Preflight's reachability check of a multi-host instance's master port, run for real: two inventory hosts
 on this machine (ansible_connection local, loopback addresses 127.0.0.1 and 127.0.0.2 as their addresses
-between the nodes), rank 0 listening with vllm_fleet_master_listen while rank 1 connects with wait_for.
+between the nodes, each read back from the machine's own `ip -j addr show`), rank 0 listening with
+vllm_fleet_master_listen while rank 1 connects with wait_for.
 The facts are the example's recorded topology (inventory/examples/2x4x4090-pp, a stand-in, its first line
 says so)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -23,7 +25,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def preflight(tmp_path: Path, rank0_address: str) -> subprocess.CompletedProcess[str]:
+def preflight(tmp_path: Path, rank0_address: str, port: int) -> subprocess.CompletedProcess[str]:
     inventory = tmp_path / "inventory"
     shutil.copytree(EXAMPLE, inventory)
     shutil.copytree(EXAMPLE.parent / "models", tmp_path / "models")
@@ -46,7 +48,7 @@ def preflight(tmp_path: Path, rank0_address: str) -> subprocess.CompletedProcess
             "-e",
             f"vllm_fleet_report_dir={tmp_path / 'reports'}",
             "-e",
-            f"vllm_service_master_port={free_port()}",
+            f"vllm_service_master_port={port}",
         ],
         capture_output=True,
         text=True,
@@ -63,20 +65,38 @@ def preflight(tmp_path: Path, rank0_address: str) -> subprocess.CompletedProcess
 
 
 def test_rank_1_reaches_rank_0s_master_port_before_anything_listens(tmp_path: Path) -> None:
-    proc = preflight(tmp_path, "127.0.0.1")
+    proc = preflight(tmp_path, "127.0.0.1", free_port())
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "Connect from each other rank to the master's address and port" in out
+    # the interface of each rank's address, from the host's own `ip -j addr show`, is in its plan
+    for host in ("pp-4090-a", "pp-4090-b"):
+        env = json.loads((tmp_path / "reports" / "plan" / f"{host}.json").read_text())["instances"][0]["env"]
+        assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "lo", env
     recap = out.split("PLAY RECAP", 1)[1]
     assert "failed=0" in recap and "changed=0" in recap.split("pp-4090-a", 1)[1].splitlines()[0], recap
 
 
-def test_a_master_address_rank_1_cannot_reach_is_refused_naming_the_variable(tmp_path: Path) -> None:
-    """192.0.2.21 (TEST-NET-1, RFC 5737) is routed nowhere: rank 1's connection cannot succeed."""
-    proc = preflight(tmp_path, "192.0.2.21")
+def test_a_master_port_rank_1_cannot_connect_to_is_refused_naming_the_variable(tmp_path: Path) -> None:
+    """Something else holds the port on rank 0 without accepting (bound, not listening): rank 0's listener
+    finds it in use, and rank 1's connection is refused, as behind a firewall that rejects it."""
+    with socket.socket() as holder:
+        holder.bind(("", 0))
+        port = int(holder.getsockname()[1])
+        proc = preflight(tmp_path, "127.0.0.1", port)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     fatal = out.split("fatal: [pp-4090-b]", 1)[1]
-    assert "vllm_service_master_port: pp-4090-b cannot connect to the master 192.0.2.21:" in fatal
+    assert f"vllm_service_master_port: pp-4090-b cannot connect to the master 127.0.0.1:{port}" in fatal
     assert "vllm_service_node_address of rank 0" in fatal
-    assert "fatal: [pp-4090-a]" not in out  # rank 0 itself listened; only the rank without a route fails
+    assert "fatal: [pp-4090-a]" not in out  # only the rank without a way to the master fails
+
+
+def test_an_address_rank_0_does_not_have_is_refused_before_the_connection(tmp_path: Path) -> None:
+    """192.0.2.21 (TEST-NET-1, RFC 5737) is no address of this machine: the plan refuses it from the host's
+    own `ip -j addr show`, before any listener or connection."""
+    proc = preflight(tmp_path, "192.0.2.21", free_port())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "vllm_service_node_address: 192.0.2.21 is no address of pp-4090-a" in out
+    assert "Listen on the master port" not in out.split("fatal: ", 1)[0]

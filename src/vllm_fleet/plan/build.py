@@ -191,13 +191,16 @@ def _node_of(
     release: str,
     api_port: int,
     model_config: Mapping[str, Any],
+    interfaces: list[Mapping[str, Any]] | None,
 ) -> tuple[NodePlan | None, list[str]]:
     """This host's rank in the instance `vllm_service_nodes` names (None, no error: one host's instances)."""
     if not node_list(variables):
         return None, []
     peers = dict(peers or {})
     peers.setdefault(host, peer_of(host, variables, topology, vllm_version=release))
-    return plan_node(host, variables, topology, peers, api_port=api_port, model_config=model_config)
+    return plan_node(
+        host, variables, topology, peers, api_port=api_port, model_config=model_config, interfaces=interfaces
+    )
 
 
 def build_host_plan(
@@ -210,11 +213,13 @@ def build_host_plan(
     model_config: Mapping[str, Any] | None = None,
     model_config_source: str = "not known",
     peers: Mapping[str, Peer] | None = None,
+    interfaces: list[Mapping[str, Any]] | None = None,
 ) -> HostPlan:
     """The plan of `host` for `vllm_version`; `plan.errors` lists every reason it must not be applied.
 
     `peers`: the run's hosts as `plan.nodes.Peer`s, read where `vllm_service_nodes` makes this host one rank
-    of an instance over several hosts (its GPUs, all of them, are then one instance: TP GPUs x k stages)."""
+    of an instance over several hosts (its GPUs, all of them, are then one instance: TP GPUs x k stages);
+    `interfaces`: the host's `ip -j addr show`, which names the interface of its address between the nodes."""
     release = flags.public_version(vllm_version)
     errors: list[str] = []
     warnings: list[str] = []
@@ -239,6 +244,7 @@ def build_host_plan(
             release=release,
             api_port=spec.port or DEFAULT_BASE_PORT,
             model_config=config,
+            interfaces=interfaces,
         )
         errors += node_errors
         try:

@@ -71,6 +71,9 @@ class NodePlan:
     stages: tuple[int, ...]  # the pipeline stages this host holds
     stage_layers: tuple[int, ...]  # layers of every stage (empty: the model's config.json is not known)
     pp_layer_partition: tuple[int, ...] = ()  # VLLM_PP_LAYER_PARTITION, as set
+    interface: str | None = (
+        None  # the interface that carries `address` (NCCL/GLOO_SOCKET_IFNAME); None: not read
+    )
 
     @property
     def nnodes(self) -> int:
@@ -206,6 +209,36 @@ def address_errors(host: str, address: str) -> list[str]:
     return []
 
 
+def interface_of(address: str, interfaces: Sequence[Mapping[str, Any]]) -> str | None:
+    """The interface of `ip -j addr show` that carries `address` (loopback addresses: the loopback
+    interface, which answers for all of 127.0.0.0/8); None when no interface of the host has it."""
+    try:
+        wanted = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    for link in interfaces:
+        for info in link.get("addr_info") or ():
+            if str(info.get("local") or "") == str(wanted):
+                return str(link.get("ifname"))
+    if wanted.is_loopback:
+        loopback = [str(link.get("ifname")) for link in interfaces if "LOOPBACK" in (link.get("flags") or ())]
+        return loopback[0] if loopback else None
+    return None
+
+
+def interface_errors(host: str, address: str, interfaces: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    if interfaces is None or interface_of(address, interfaces):
+        return []
+    own = sorted(
+        {str(i.get("local")) for link in interfaces for i in link.get("addr_info") or () if i.get("local")}
+    )
+    return [
+        f"{NODE_ADDRESS}: {address} is no address of {host} (ip addr shows {', '.join(own) or 'none'}); vLLM "
+        f"binds and advertises it (VLLM_HOST_IP): set {NODE_ADDRESS} to {host}'s address on the network that "
+        "joins the nodes"
+    ]
+
+
 def _positive(variables: Mapping[str, Any], name: str) -> int | None:
     value = variables.get(name)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
@@ -301,16 +334,18 @@ def plan_node(
     *,
     api_port: int,
     model_config: Mapping[str, Any] | None = None,
+    interfaces: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[NodePlan | None, list[str]]:
     """This host's rank, master, TP x PP split and stages; None with the errors when the group is refused.
-    `peers` holds every host of the run that names the same instance (this one included)."""
+    `peers` holds every host of the run that names the same instance (this one included); `interfaces` is
+    the host's `ip -j addr show` (preflight reads it; None: not read, and the interface is not planned)."""
     errors = group_errors(host, peers)
     if errors:
         return None, errors
     me = peers[host]
     rank = me.nodes.index(host)
     master = peers[me.nodes[0]]
-    errors += address_errors(host, me.address)
+    errors += address_errors(host, me.address) or interface_errors(host, me.address, interfaces)
     if me.master_port == api_port:
         errors.append(
             f"{MASTER_PORT}: {me.master_port} is also vllm_service_port, the API's port on rank 0; choose "
@@ -338,6 +373,7 @@ def plan_node(
             stages=tuple(range(rank * per_host, (rank + 1) * per_host)),
             stage_layers=layers,
             pp_layer_partition=partition,
+            interface=interface_of(me.address, interfaces) if interfaces is not None else None,
         ),
         [],
     )

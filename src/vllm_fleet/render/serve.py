@@ -364,11 +364,16 @@ def _node_flags(node: NodePlan | None, argv: _Argv) -> None:
 
 def node_env(node: NodePlan | None) -> dict[str, str]:
     """The environment a rank needs: VLLM_HOST_IP, the address vLLM advertises to the other ranks (without
-    it vLLM guesses from the default route), and VLLM_PP_LAYER_PARTITION where the split is set (vLLM reads
+    it vLLM guesses from the default route), the interface that carries it for Gloo and NCCL, and
+    VLLM_PP_LAYER_PARTITION where the split is set (vLLM reads
     it in `vllm/distributed/utils.py get_pp_indices`; no release has a flag for it)."""
     if node is None:
         return {}
     env = {"VLLM_HOST_IP": node.address}
+    if node.interface:
+        # torch.distributed's Gloo (the CPU build, and every build's CPU group) and NCCL pick an interface
+        # themselves otherwise, which need not be the one the other ranks reach
+        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = node.interface
     if node.pp_layer_partition:
         env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(n) for n in node.pp_layer_partition)
     return env
