@@ -637,6 +637,17 @@ def check_kv_offload_metrics(target: ApiTarget, summary: MetricsSummary) -> Chec
     )
 
 
+def rank_named(check: Check, node: Mapping[str, Any]) -> Check:
+    """A failed check of one rank of a multi-host instance says which rank (and host) failed."""
+    if check.ok:
+        return check
+    nodes = list(node.get("nodes") or [])
+    rank = int(node.get("rank", 0))
+    host = nodes[rank] if rank < len(nodes) else "?"
+    where = f"rank {rank} of {len(nodes)} ({host}{', headless' if node.get('headless') else ', the API'})"
+    return Check(check.name, False, check.expected, check.seen, check.line, f"{where}: {check.detail}")
+
+
 def check_restarts(unit: UnitState, thresholds: Thresholds) -> Check:
     """Automatic restarts since the last deliberate start (systemd's NRestarts): a healthy unit has none."""
     return _mk(
@@ -829,15 +840,20 @@ def build_report(
     log: dict[str, Any] = {}
     summary = MetricsSummary()
 
+    # a headless rank of a multi-host instance has no API: its log (its workers in the planned world and
+    # stages) and its unit are what it shows; the API of the instance is checked on rank 0
+    headless = bool((instance.node or {}).get("headless"))
     if not readiness or readiness.get("state") == "ready":
         log_report = parse_log(journal_text(journal or "", unit.main_pid if unit else None))
         if journal is not None:
             log = _log_dict(log_report)
             # A healthy start logs its readiness and no fatal line, whatever else the plan expects.
-            expectations = {"ready": True, "no_errors": True, **log_expectations(instance.expectations)}
+            ready = {} if headless else {"ready": True}
+            expectations = {**ready, "no_errors": True, **log_expectations(instance.expectations)}
             checks.extend(approximate_capacity(check_log(log_report, expectations), instance.expectations))
         if unit is not None:
             checks.append(check_restarts(unit, thresholds))
+    if (not readiness or readiness.get("state") == "ready") and not headless:
         checks.append(check_health(target, api.get("health")))
         checks.extend(check_models(target, api.get("models")))
         if full:
@@ -857,6 +873,8 @@ def build_report(
             elif target.kv_offload_cpu_bytes:
                 checks.append(check_kv_offload_metrics(target, summary))
 
+    if instance.node:
+        checks = [rank_named(check, instance.node) for check in checks]
     kept = {k: readiness[k] for k in READINESS_KEPT if k in readiness}
     ok = bool(checks) and all(c.ok for c in checks)
     if full:
