@@ -105,3 +105,26 @@ def test_rank_0_keeps_its_api_checks_and_its_stage() -> None:
     assert checks["world_size"].ok and checks["pp_ranks"].ok
     assert "api_health" in checks and not checks["api_health"].ok  # no answer was given: it fails, named
     assert checks["api_health"].detail.startswith("rank 0 of 2 (lab-a, the API): ")
+
+
+# ---------------------------------------------------------------------------- the wait on a headless rank
+
+
+def test_a_headless_rank_is_waited_on_by_its_unit_not_an_api() -> None:
+    """The real `systemctl show` of a running and of a crashed unit: a headless rank is ready when its unit
+    runs, crashed when it failed; its read asks no URL and its checks need the journal only."""
+    from vllm_fleet.verify.hostread import check_reads, read_args
+    from vllm_fleet.verify.report import api_target, classify_readiness, parse_systemctl_show
+
+    target = api_target(rank_plan("lab-b"))
+    assert target.headless and target.to_dict()["headless"] is True
+    assert "headless" not in api_target(rank_plan("lab-a")).to_dict()
+    assert read_args(target, checks=True)["base_url"] == ""
+    running = parse_systemctl_show(RUNNING, target.unit)
+    assert classify_readiness(running, None, None, headless=True).state == "ready"
+    assert classify_readiness(running, None, None).state == "starting"  # rank 0 waits for /health
+    crashed = parse_systemctl_show(CRASHED, target.unit)
+    assert classify_readiness(crashed, None, None, headless=True).state == "crashed"
+    read = {"journal": {"rc": 0, "stdout": "x"}, "health": {}, "models": {}, "metrics": {}}
+    assert check_reads(read, headless=True) == {"journal": "x", "health": {}, "models": {}, "metrics": {}}
+    assert check_reads(read) is None
