@@ -25,7 +25,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def preflight(tmp_path: Path, rank0_address: str, port: int) -> subprocess.CompletedProcess[str]:
+def preflight(
+    tmp_path: Path, rank0_address: str, port: int, playbook: str = "preflight.yml"
+) -> subprocess.CompletedProcess[str]:
+    """`playbook` on the two local hosts; port 0: a free one."""
+    port = port or free_port()
     inventory = tmp_path / "inventory"
     shutil.copytree(EXAMPLE, inventory)
     shutil.copytree(EXAMPLE.parent / "models", tmp_path / "models")
@@ -40,7 +44,7 @@ def preflight(tmp_path: Path, rank0_address: str, port: int) -> subprocess.Compl
             str(bin_dir / "ansible-playbook"),
             "-i",
             str(inventory),
-            str(ROOT / "playbooks" / "preflight.yml"),
+            str(ROOT / "playbooks" / playbook),
             "-e",
             "ansible_connection=local",
             "-e",
