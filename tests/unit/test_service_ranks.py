@@ -73,3 +73,16 @@ def test_each_ranks_unit_passes_systemd_analyze_verify(files: dict, host: str, t
         [SYSTEMD_ANALYZE, "verify", f"--root={root}", str(path)], capture_output=True, text=True, timeout=60
     )
     assert (proc.stdout + proc.stderr).strip() == "" and proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_only_rank_0_is_a_gateway_server_and_a_scrape_target() -> None:
+    """The gateway's sets and Prometheus' vLLM targets, from the example's plans: one instance, on rank 0."""
+    from vllm_fleet.gateway.sets import instance_sets
+    from vllm_fleet.monitoring.targets import vllm_targets
+
+    plans = plan_inventory(str(EXAMPLE), project_dir=ROOT)
+    addresses = {"pp-4090-a": "192.0.2.21", "pp-4090-b": "192.0.2.22"}
+    targets = vllm_targets("fleet", plans, addresses)
+    assert [t.address for t in targets] == ["192.0.2.21:8000"]
+    (only,) = instance_sets(plans, {}, addresses, gateway_host="gw")
+    assert [s.address for s in only.servers] == ["192.0.2.21:8000"]

@@ -356,7 +356,7 @@ def instance_files(
                 f"value was given; set vllm_service_api_key (VLLM_API_KEY) or vllm_service_secret_env.{key}"
             )
     env_text = env_file_text({**plan.env, **secret}, secret=frozenset(secret))
-    headless = bool((plan.node or {}).get("headless"))
+    headless = plan.headless
     health_url = "" if headless else f"{plan.base_url}/health"
     text = unit_text(
         name,

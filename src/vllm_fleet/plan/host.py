@@ -121,6 +121,11 @@ class InstancePlan:
     schema_version: int = SCHEMA_VERSION
 
     @property
+    def headless(self) -> bool:
+        """A rank > 0 of a multi-host instance: workers only, no API (no gateway server, no scrape)."""
+        return bool((self.node or {}).get("headless"))
+
+    @property
     def base_url(self) -> str:
         address = connect_address(self.address)
         return f"http://[{address}]:{self.port}" if ":" in address else f"http://{address}:{self.port}"

@@ -277,7 +277,7 @@ def api_target(plan: Mapping[str, Any] | InstancePlan, *, address: str | None = 
         spec_decode=plan.spec_decode,
         model_path=plan.model,
         prefix_caching_explicit="--enable-prefix-caching" in plan.argv,
-        headless=bool((plan.node or {}).get("headless")),
+        headless=plan.headless,
     )
 
 
@@ -855,7 +855,7 @@ def build_report(
 
     # a headless rank of a multi-host instance has no API: its log (its workers in the planned world and
     # stages) and its unit are what it shows; the API of the instance is checked on rank 0
-    headless = bool((instance.node or {}).get("headless"))
+    headless = instance.headless
     if not readiness or readiness.get("state") == "ready":
         log_report = parse_log(journal_text(journal or "", unit.main_pid if unit else None))
         if journal is not None:
