@@ -18,7 +18,7 @@ short_description: Listen on a multi-host instance's master port for a while, an
 description:
   - Binds O(port) on every address of rank 0 and accepts connections until O(expect) peers have connected or
     O(timeout) seconds have passed; each connection is closed at once. Meant to run with C(async) and
-    C(poll: 0) while the other ranks connect with M(ansible.builtin.wait_for).
+    C(poll) 0 while the other ranks connect with M(ansible.builtin.wait_for).
   - When the port is already in use (the instance's own master, a converged host), it listens to nothing and
     reports RV(in_use); the other ranks then test their connection against the running master.
   - Changes nothing on the host.

