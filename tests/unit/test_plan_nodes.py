@@ -396,3 +396,47 @@ def test_an_address_the_host_does_not_have_is_refused() -> None:
     text = "\n".join(plan.errors)
     assert "vllm_service_node_address: 192.0.2.7 is no address of a (ip addr shows" in text
     assert "192.0.2.2" in text and "127.0.0.1" in text
+
+
+def test_vllm_fleet_plan_json_shows_one_instance_over_the_two_hosts() -> None:
+    """The issue's check, through the console script: `vllm-fleet plan --inventory ... --json`."""
+    import subprocess
+    import sys
+
+    cli = Path(sys.executable).parent / "vllm-fleet"
+    proc = subprocess.run(
+        [str(cli), "plan", "--inventory", str(EXAMPLE), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    (spanning,) = data["instances_over_hosts"]
+    assert spanning["nodes"] == ["pp-4090-a", "pp-4090-b"] and spanning["api"]["host"] == "pp-4090-a"
+    assert [(r["host"], r["rank"], r["headless"]) for r in spanning["ranks"]] == [
+        ("pp-4090-a", 0, False),
+        ("pp-4090-b", 1, True),
+    ]
+    rank0 = data["hosts"]["pp-4090-a"]["instances"][0]["argv"]
+    rank1 = data["hosts"]["pp-4090-b"]["instances"][0]["argv"]
+    assert (
+        flag(rank0, "--nnodes") == "2"
+        and flag(rank0, "--node-rank") == "0"
+        and flag(rank0, "--port") == "8000"
+    )
+    assert flag(rank0, "--master-addr") == "192.0.2.21" and "--headless" in rank1
+    capacity = spanning["capacity"]
+    assert (
+        capacity["gpu_kv_tokens"] == data["hosts"]["pp-4090-b"]["instances"][0]["capacity"]["gpu_kv_tokens"]
+    )
+    # and a single-host inventory's JSON has no such key (its output is as it was)
+    single = subprocess.run(
+        [str(cli), "plan", "--inventory", str(ROOT / "inventory" / "examples" / "seed-4x4090"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "instances_over_hosts" not in json.loads(single.stdout)

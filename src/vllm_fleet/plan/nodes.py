@@ -377,3 +377,35 @@ def plan_node(
         ),
         [],
     )
+
+
+def instances_over_hosts(plans: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One entry per instance over several hosts among `{host: HostPlan}`: its hosts in rank order, the split,
+    the capacity (the same on every rank: the stage with the fewest blocks) and each rank's part."""
+    groups: dict[tuple[str, ...], dict[str, Any]] = {}
+    for host, plan in plans.items():
+        for instance in plan.instances:
+            node = instance.node
+            if not node:
+                continue
+            nodes = tuple(node["nodes"])
+            entry = groups.setdefault(
+                nodes,
+                {
+                    "nodes": list(nodes),
+                    "master": f"{node['master_address']}:{node['master_port']}",
+                    "tensor_parallel_size": node["tensor_parallel_size"],
+                    "pipeline_parallel_size": node["pipeline_parallel_size"],
+                    "stage_layers": node["stage_layers"],
+                    "ranks": [],
+                },
+            )
+            entry["ranks"].append(
+                {"host": host, "rank": node["rank"], "stages": node["stages"], "headless": node["headless"]}
+            )
+            if not node["headless"]:
+                entry["api"] = {"host": host, "port": instance.port, "address": instance.address}
+                entry["capacity"] = instance.capacity
+    for entry in groups.values():
+        entry["ranks"].sort(key=lambda r: r["rank"])
+    return list(groups.values())
