@@ -11,6 +11,7 @@ seconds.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from vllm_fleet.errors import FleetInputError
 from vllm_fleet.jsonfile import write_json
 from vllm_fleet.plan.build import build_host_plan
 from vllm_fleet.plan.host import plain
-from vllm_fleet.plan.inventory import input_errors, role_variables, with_port_errors
+from vllm_fleet.plan.inventory import DEFAULT_VLLM_VERSION, input_errors, role_variables, with_port_errors
 from vllm_fleet.plan.model_config import model_config_from
+from vllm_fleet.plan.nodes import NODE_ADDRESS, NODES, Peer, node_list, peer_of
 from vllm_fleet.probe.topology import Topology
 from vllm_fleet.validate import host_name_errors
 
@@ -44,10 +46,27 @@ ARGUMENT_SPEC = {
     "roles_dir": {"type": "path", "required": True},
     # On the controller: the probe's facts (`probe`, the gpu_topology fact) kept as <probe_dir>/<host>.json
     # for `vllm-fleet plan --inventory`, and the plan, once it has no error, as <plan_dir>/<host>.json.
+    # `ip -j addr show` of the host, read where it is one rank of an instance over several hosts
+    "interfaces": {"type": "raw"},
     "probe": {"type": "dict"},
     "probe_dir": {"type": "path"},
     "plan_dir": {"type": "path"},
 }
+
+
+def interfaces_read(text: Any) -> list[dict[str, Any]] | None:
+    """The stdout of `ip -j addr show` (None or '': not read)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text) if isinstance(text, str) else text
+    except ValueError as exc:
+        raise FleetInputError(
+            f"ip -j addr show: not JSON ({exc}); is iproute2 installed on the host?"
+        ) from exc
+    if not isinstance(data, list):
+        raise FleetInputError("ip -j addr show: expected a JSON list of interfaces")
+    return [dict(link) for link in data if isinstance(link, dict)]
 
 
 class ActionModule(ActionBase):
@@ -56,6 +75,32 @@ class ActionModule(ActionBase):
 
     def _template(self, value: Any, available: dict[str, Any]) -> Any:
         return self._templar.copy_with_new_env(available_variables=available).template(value)
+
+    def _peers(self, names: tuple[str, ...], task_vars: dict[str, Any]) -> dict[str, Peer]:
+        """The other members of a multi-host instance, from their hostvars: preflight probed every host of
+        the play before this task, so their facts are there (a host outside the run is left out, and
+        plan.nodes names it)."""
+        hostvars = task_vars.get("hostvars") or {}
+        peers: dict[str, Peer] = {}
+        for name in names:
+            if name not in hostvars:
+                continue
+            available = hostvars[name]  # templated on access
+            wanted = (NODES, NODE_ADDRESS, "vllm_service_master_port", "ansible_host")
+            values = {k: available[k] for k in wanted if k in available}
+            facts = (available.get("ansible_facts") or {}).get("gpu_topology") or {}
+            topology = Topology.from_dict(facts["topology"]) if facts.get("topology") else None
+            # the release preflight plans that host for (playbooks/preflight.yml __vllm_fleet_plan_version)
+            release = available.get("vllm_install_installed_version") or available.get("vllm_install_version")
+            version = flags.public_version(str(release or DEFAULT_VLLM_VERSION))
+            peers[name] = peer_of(
+                name,
+                values,
+                topology,
+                vllm_version=version,
+                ansible_host=str(values.get("ansible_host") or ""),
+            )
+        return peers
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -79,14 +124,26 @@ class ActionModule(ActionBase):
                 base_dir=task_vars.get("inventory_dir") or ".",
                 model=str(variables.get("vllm_service_model") or ""),
             )
+            topology = Topology.from_dict(args["topology"])
+            peers = self._peers(node_list(variables), task_vars)
+            # this host as the plan sees it: its own variables and facts, the release it is planned for
+            peers[host] = peer_of(
+                host,
+                variables,
+                topology,
+                vllm_version=flags.public_version(args["vllm_version"]),
+                ansible_host=str(task_vars.get("ansible_host") or ""),
+            )
             plan = build_host_plan(
                 host,
                 variables,
-                Topology.from_dict(args["topology"]),
+                topology,
                 vllm_version=args["vllm_version"],
                 source=args["source"],
                 model_config=config,
                 model_config_source=config_source,
+                peers=peers,
+                interfaces=interfaces_read(args["interfaces"]),
             )
         except FleetInputError as exc:
             raise AnsibleActionFail(f"vllm_fleet_plan ({host}): {exc}") from exc

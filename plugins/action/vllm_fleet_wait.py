@@ -133,7 +133,7 @@ class ActionModule(ActionBase):
             while True:
                 polls += 1
                 state, health, read = self._poll(target, args, task_vars)
-                verdict = classify_readiness(state, baseline, health)
+                verdict = classify_readiness(state, baseline, health, headless=target.headless)
                 baseline = baseline or state
                 if verdict.final:
                     break
@@ -182,7 +182,7 @@ class ActionModule(ActionBase):
             full = needs_full_checks(previous, plan, result["invocation_id"])
             result["full_checks"] = full
             result["verified_start"] = {} if full else dict(previous["verified_start"])
-            reads = check_reads(read) if args["checks"] else None
+            reads = check_reads(read, headless=target.headless) if args["checks"] else None
             if reads is not None:
                 result["reads"] = reads
             return result

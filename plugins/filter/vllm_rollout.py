@@ -33,6 +33,16 @@ def vllm_rollout_split_canary(hosts: list[str], canary: list[str]) -> dict[str, 
     return {"canary": chosen, "rest": rest}
 
 
+def vllm_rollout_group_errors(
+    split: dict[str, list[str]], hostvars: Any, serial: list[Any], targets: list[str]
+) -> list[str]:
+    """Why the canary and `serial`'s batches would split a multi-host instance ([] when none is split); the
+    plans are the targets' vllm_fleet_plan (preflight's), read from `hostvars` one host at a time."""
+    plans = {h: hostvars[h].get("vllm_fleet_plan") or {} for h in targets if h in hostvars}
+    batches = [split["canary"], *_call(rollout.plan_batches, split["rest"], serial)]
+    return _call(rollout.group_batch_errors, batches, _call(rollout.instance_groups, plans), targets)
+
+
 def vllm_rollout_fingerprint(find_results: list[dict[str, Any]]) -> str | None:
     """Fingerprint of the files `ansible.builtin.find` (get_checksum) listed, by base name."""
     checksums = {str(f["path"]).rsplit("/", 1)[-1]: str(f.get("checksum", "")) for f in find_results}
@@ -78,6 +88,7 @@ class FilterModule:
         return {
             "vllm_rollout_serial": vllm_rollout_serial,
             "vllm_rollout_split_canary": vllm_rollout_split_canary,
+            "vllm_rollout_group_errors": vllm_rollout_group_errors,
             "vllm_rollout_fingerprint": vllm_rollout_fingerprint,
             "vllm_rollout_prune": vllm_rollout_prune,
             "vllm_rollout_instances": vllm_rollout_instances,

@@ -12,6 +12,7 @@ from vllm_fleet.deploy.service import (
     decide,
     env_items,
     env_sha256,
+    group_restarts,
     instance_files,
     managed_items,
     shm_shortfall,
@@ -43,6 +44,21 @@ def vllm_service_files(
         ]
     except (FleetInputError, TypeError) as exc:
         raise AnsibleFilterError(f"vllm_service: {exc}") from exc
+
+
+def vllm_service_group_restart(
+    todo: dict[str, Any], files: list[dict[str, Any]], hostvars: Any
+) -> dict[str, Any]:
+    """`todo` (vllm_service_decide's) with every rank of a multi-host instance restarting when another of
+    its ranks does (each peer's own decision, read from `hostvars`; a peer outside the play is left out)."""
+    restarting: dict[str, list[str]] = {}
+    for f in files:
+        node = f["plan"].get("node") or {}
+        for peer in node.get("nodes") or []:
+            peer_todo = hostvars[peer].get("__vllm_service_todo") if peer in hostvars else None
+            if peer != f["plan"].get("host") and peer_todo and peer_todo.get("restart"):
+                restarting.setdefault(f["name"], []).append(peer)
+    return {**todo, "restart": group_restarts(list(todo["restart"]), files, restarting)}
 
 
 def vllm_service_shm_shortfall(findmnt_size: str, host_plan: dict[str, Any]) -> str:
@@ -115,4 +131,5 @@ class FilterModule:
             "vllm_service_env_sha256": vllm_service_env_sha256,
             "vllm_service_env_drifted": vllm_service_env_drifted,
             "vllm_service_decide": vllm_service_decide,
+            "vllm_service_group_restart": vllm_service_group_restart,
         }

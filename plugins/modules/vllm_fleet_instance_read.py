@@ -122,6 +122,15 @@ def http_get(url: str, timeout: int, headers: dict[str, str] | None = None, open
         return {"status": -1, "msg": f"{type(exc).__name__}: {exc}", "content": ""}
 
 
+def _journal(params: dict, props: dict, run) -> dict:
+    """The journal of the unit's current start ({} without an invocation id or a journal command)."""
+    if not (params["journal_argv"] and props.get("InvocationID")):
+        return {}
+    argv = [*params["journal_argv"], f"_SYSTEMD_INVOCATION_ID={props['InvocationID']}"]
+    journal = run(argv, capture_output=True, text=True, check=False)
+    return {"rc": journal.returncode, "stdout": journal.stdout}
+
+
 def read_instance(params: dict, run=subprocess.run, get=http_get) -> dict:
     """The instance's reads, in the order a poll needs them (see the module's description)."""
     show = run(
@@ -137,14 +146,16 @@ def read_instance(params: dict, run=subprocess.run, get=http_get) -> dict:
     out = {"unit_show": show.stdout, "health": {}, "journal": {}, "models": {}, "metrics": {}}
     if props.get("LoadState") == "not-found":
         return out
+    if not base:
+        # a headless rank of a multi-host instance: no API; once its unit runs, its journal is the read
+        if params["checks"] and props.get("ActiveState") == "active":
+            out["journal"] = _journal(params, props, run)
+        return out
     health = get(f"{base}/health", timeout)
     out["health"] = {"status": health["status"], "msg": health["msg"]}
     if not (params["checks"] and health["status"] == 200):
         return out
-    if params["journal_argv"] and props.get("InvocationID"):
-        argv = [*params["journal_argv"], f"_SYSTEMD_INVOCATION_ID={props['InvocationID']}"]
-        journal = run(argv, capture_output=True, text=True, check=False)
-        out["journal"] = {"rc": journal.returncode, "stdout": journal.stdout}
+    out["journal"] = _journal(params, props, run)
     headers = {"Authorization": f"Bearer {params['api_key']}"} if params["api_key"] else {}
     out["models"] = get(f"{base}/v1/models", params["checks_timeout"], headers)
     out["metrics"] = get(f"{base}/metrics", params["checks_timeout"])

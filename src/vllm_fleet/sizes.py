@@ -22,8 +22,14 @@ from vllm_fleet.errors import FleetInputError
 _VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _VLLM_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SPELLED = {
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
 }
 _NUMBER = r"(?P<number>\d+(?:\.\d+)?)"
 _VLLM_FORM = re.compile(_NUMBER + r"(?P<suffix>[kmgtKMGT])")

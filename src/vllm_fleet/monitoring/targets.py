@@ -70,6 +70,7 @@ def vllm_targets(
         )
         for host, plan in plans.items()
         for instance in plan.instances
+        if not instance.headless  # a headless rank has no API, so no /metrics
     ]
 
 

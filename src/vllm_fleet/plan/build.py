@@ -17,6 +17,7 @@ from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.host import HostNeeds, HostPlan, InstanceNeeds, InstancePlan
 from vllm_fleet.plan.layout import Instance, Layout, format_probe_report, plan_layout
+from vllm_fleet.plan.nodes import NodePlan, Peer, node_list, peer_of, plan_node
 from vllm_fleet.probe.topology import Topology
 from vllm_fleet.render.schema import PREFIX, ServeSpec
 from vllm_fleet.render.serve import Rendered, render_instance
@@ -79,6 +80,7 @@ def instance_plan(
     *,
     env: Mapping[str, str],
     unit_prefix: str,
+    node: NodePlan | None = None,
 ) -> InstancePlan:
     expectations = dict(rendered.expectations)
     return InstancePlan(
@@ -108,6 +110,7 @@ def instance_plan(
         needs=instance_needs(spec, instance, rendered.vllm_version, instance.port),
         layout=instance.to_dict(),
         warnings=list(rendered.warnings),
+        node=node.to_dict() if node else None,
     )
 
 
@@ -166,6 +169,40 @@ def _report(host: str, source: str, topology: Topology, layout: Layout | None) -
     return header + "\n" + format_probe_report(topology, layout).rstrip("\n")
 
 
+def node_reason(node: NodePlan) -> str:
+    """The report's line for a host's part of an instance over several hosts."""
+    layers = (
+        f" ({', '.join(str(node.stage_layers[s]) for s in node.stages)} layers)" if node.stage_layers else ""
+    )
+    api = "headless: its workers only, the API is on rank 0" if node.headless else "the API server"
+    return (
+        f"Rank {node.rank} of {node.nnodes} ({', '.join(node.nodes)}): pipeline stage(s) "
+        f"{', '.join(map(str, node.stages))} of {node.pipeline_parallel_size}{layers} as "
+        f"TP{node.tensor_parallel_size}; master {node.master_address}:{node.master_port}; {api}."
+    )
+
+
+def _node_of(
+    host: str,
+    variables: Mapping[str, Any],
+    topology: Topology,
+    peers: Mapping[str, Peer] | None,
+    *,
+    release: str,
+    api_port: int,
+    model_config: Mapping[str, Any],
+    interfaces: list[Mapping[str, Any]] | None,
+) -> tuple[NodePlan | None, list[str]]:
+    """This host's rank in the instance `vllm_service_nodes` names (None, no error: one host's instances)."""
+    if not node_list(variables):
+        return None, []
+    peers = dict(peers or {})
+    peers.setdefault(host, peer_of(host, variables, topology, vllm_version=release))
+    return plan_node(
+        host, variables, topology, peers, api_port=api_port, model_config=model_config, interfaces=interfaces
+    )
+
+
 def build_host_plan(
     host: str,
     variables: Mapping[str, Any],
@@ -175,8 +212,14 @@ def build_host_plan(
     source: str = "probed live",
     model_config: Mapping[str, Any] | None = None,
     model_config_source: str = "not known",
+    peers: Mapping[str, Peer] | None = None,
+    interfaces: list[Mapping[str, Any]] | None = None,
 ) -> HostPlan:
-    """The plan of `host` for `vllm_version`; `plan.errors` lists every reason it must not be applied."""
+    """The plan of `host` for `vllm_version`; `plan.errors` lists every reason it must not be applied.
+
+    `peers`: the run's hosts as `plan.nodes.Peer`s, read where `vllm_service_nodes` makes this host one rank
+    of an instance over several hosts (its GPUs, all of them, are then one instance: TP GPUs x k stages);
+    `interfaces`: the host's `ip -j addr show`, which names the interface of its address between the nodes."""
     release = flags.public_version(vllm_version)
     errors: list[str] = []
     warnings: list[str] = []
@@ -188,31 +231,51 @@ def build_host_plan(
     except FleetInputError as exc:
         errors.append(str(exc))
         spec = None
+    node: NodePlan | None = None
+    multi_host = bool(node_list(variables))
     if spec is not None:
         if not config and variables.get("vllm_service_capacity_check", True) is not False:
             errors += missing_model_config_errors(spec)
+        node, node_errors = _node_of(
+            host,
+            variables,
+            topology,
+            peers,
+            release=release,
+            api_port=spec.port or DEFAULT_BASE_PORT,
+            model_config=config,
+            interfaces=interfaces,
+        )
+        errors += node_errors
         try:
+            # a rank of a multi-host instance runs all its GPUs in one process (plan.nodes checks the heads
+            # against the instance's TP, not against the host's GPU count)
             layout = plan_layout(
                 topology,
-                spec.tensor_parallel_size,
-                model_config=config,
+                (len(topology.gpus) or None) if multi_host else spec.tensor_parallel_size,
+                model_config={} if multi_host else config,
                 vllm_version=release,
                 base_port=spec.port or DEFAULT_BASE_PORT,
             )
         except FleetInputError as exc:
             errors.append(user_variable_message(str(exc)))
-    if spec is not None and layout is not None:
+    if spec is not None and layout is not None and (node is not None or not multi_host):
         warnings += layout.warnings
         unit_prefix = str(variables.get("vllm_service_unit_prefix") or DEFAULT_UNIT_PREFIX)
         topology_data = topology.to_dict()
         for instance in layout.instances:
+            if node is not None:
+                instance.tensor_parallel_size = node.tensor_parallel_size
+                instance.reasons.insert(0, node_reason(node))
             rendered = render_instance(
-                spec, instance, vllm_version, model_config=config, topology=topology_data
+                spec, instance, vllm_version, model_config=config, topology=topology_data, node=node
             )
             errors += [f"{rendered.name}: {e}" for e in rendered.errors]
             warnings += [f"{rendered.name}: {w}" for w in rendered.warnings]
             instances.append(
-                instance_plan(host, spec, instance, rendered, env=spec.extra_env, unit_prefix=unit_prefix)
+                instance_plan(
+                    host, spec, instance, rendered, env=spec.extra_env, unit_prefix=unit_prefix, node=node
+                )
             )
         errors += fleet_errors(instances, topology)
     return HostPlan(

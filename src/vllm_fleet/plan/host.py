@@ -77,7 +77,15 @@ class InstancePlan:
     needs: InstanceNeeds
     layout: dict[str, Any]  # the layout instance (reasons, warnings, CUDA_VISIBLE_DEVICES, ...)
     warnings: list[str] = field(default_factory=list)
+    # this host's part of an instance over several hosts (vllm_fleet.plan.nodes.NodePlan.to_dict()): its
+    # rank, the master, the TP x PP split; None, and absent from to_dict(), for an instance of one host
+    node: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def headless(self) -> bool:
+        """A rank > 0 of a multi-host instance: workers only, no API (no gateway server, no scrape)."""
+        return bool((self.node or {}).get("headless"))
 
     @property
     def base_url(self) -> str:
@@ -89,6 +97,8 @@ class InstancePlan:
         data["instance"] = data.pop("name")
         data["needs"]["numa_nodes"] = list(self.needs.numa_nodes)
         data["base_url"] = self.base_url
+        if self.node is None:
+            del data["node"]
         return data
 
     @classmethod
@@ -118,7 +128,8 @@ class InstancePlan:
         try:
             values["needs"] = InstanceNeeds(**needs)
             known = {f.name for f in fields(cls)}
-            missing = sorted(n for n in known if n not in values and n not in ("warnings", "schema_version"))
+            optional = ("warnings", "node", "schema_version")
+            missing = sorted(n for n in known if n not in values and n not in optional)
             if missing:
                 raise TypeError(f"missing {', '.join(missing)}")
             return cls(**{k: v for k, v in values.items() if k in known})

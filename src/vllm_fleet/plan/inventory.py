@@ -10,16 +10,19 @@ argument specs are checked with its ArgumentSpecValidator, so the plan seen here
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from vllm_fleet import flags
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.jsonfile import read_json
 from vllm_fleet.plan.build import build_host_plan, host_needs
 from vllm_fleet.plan.host import HostPlan
 from vllm_fleet.plan.model_config import model_config_from
+from vllm_fleet.plan.nodes import peer_of
 from vllm_fleet.probe.topology import Topology, build_topology_from_dir, recorded_source
 from vllm_fleet.project import fleet_report_dir
 from vllm_fleet.validate import port_errors, variable_errors
@@ -212,7 +215,7 @@ def plan_inventory(
     def template(value: Any, available: dict[str, Any]) -> Any:
         return Templar(loader=loader, variables=available).template(value)
 
-    plans: dict[str, HostPlan] = {}
+    inputs: dict[str, _HostInputs] = {}
     for host in hosts:
         host_vars = variables_of.get_vars(host=host, include_hostvars=False)
         try:
@@ -220,26 +223,50 @@ def plan_inventory(
         except FleetInputError as exc:
             raise FleetInputError(f"--inventory {inventory}: host {host.name}: {exc}") from exc
         version = str(variables.get("vllm_install_version") or DEFAULT_VLLM_VERSION)
-        own = (str(host_vars.get("ansible_host") or ""),)
-        errors = input_errors(host.name, roles_dir, given, variables, own)
-        if errors:
-            plans[host.name] = refused_plan(host.name, version, errors)
+        own = str(host_vars.get("ansible_host") or "")
+        errors = input_errors(host.name, roles_dir, given, variables, (own,))
+        topology, source = (None, "") if errors else facts_topology(host.name, variables, probe_dir)
+        inputs[host.name] = _HostInputs(host_vars, variables, version, own, errors, topology, source)
+    # the members of an instance over several hosts see each other's GPUs, ranks and ports (plan.nodes)
+    peers = {
+        name: peer_of(
+            name, i.variables, i.topology, vllm_version=flags.public_version(i.version), ansible_host=i.own
+        )
+        for name, i in inputs.items()
+    }
+    plans: dict[str, HostPlan] = {}
+    for name, i in inputs.items():
+        if i.topology is None:
+            plans[name] = refused_plan(name, i.version, i.errors)
             continue
-        topology, source = facts_topology(host.name, variables, probe_dir)
         config, config_source = model_config_from(
-            variables.get("vllm_service_model_config"),
+            i.variables.get("vllm_service_model_config"),
             None,
-            base_dir=str(host_vars.get("inventory_dir") or "."),
-            model=str(variables.get("vllm_service_model") or ""),
+            base_dir=str(i.host_vars.get("inventory_dir") or "."),
+            model=str(i.variables.get("vllm_service_model") or ""),
         )
         plan = build_host_plan(
-            host.name,
-            variables,
-            topology,
-            vllm_version=version,
-            source=source,
+            name,
+            i.variables,
+            i.topology,
+            vllm_version=i.version,
+            source=i.source,
             model_config=config,
             model_config_source=config_source,
+            peers=peers,
         )
-        plans[host.name] = with_port_errors(plan, variables)
+        plans[name] = with_port_errors(plan, i.variables)
     return plans
+
+
+@dataclass(frozen=True)
+class _HostInputs:
+    """What the plan of one inventory host is made from (topology None: its variables were refused)."""
+
+    host_vars: Mapping[str, Any]
+    variables: dict[str, Any]
+    version: str
+    own: str  # ansible_host
+    errors: list[str]
+    topology: Topology | None
+    source: str

@@ -55,6 +55,8 @@ class PlanFlags:
     mamba_cache_mode: str | None = None
     disable_hybrid_kv_cache_manager: bool | None = None
     spelled: dict[str, str] = field(default_factory=dict)  # dest -> "word value" as the user wrote it
+    # no flag: vllm_service_pp_layer_partition (VLLM_PP_LAYER_PARTITION) of an instance over several hosts
+    pp_layer_partition: tuple[int, ...] | None = None
 
     def capacity_args(self) -> dict[str, int | str | bool]:
         """The keyword arguments of `plan.capacity.plan_capacity` that extra_args set (the others keep
@@ -65,6 +67,7 @@ class PlanFlags:
             "pipeline_parallel_size": self.pipeline_parallel_size,
             "decode_context_parallel_size": self.decode_context_parallel_size,
             "disable_hybrid_kv_cache_manager": self.disable_hybrid_kv_cache_manager,
+            "pp_layer_partition": list(self.pp_layer_partition) if self.pp_layer_partition else None,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -172,7 +175,7 @@ def parallel_errors(flags: PlanFlags, instance: str, tp: int) -> list[str]:
                 f"{VARIABLE}: {flags.spelled[dest]} asks instance {instance} for {what} parallelism, "
                 f"i.e. {tp} x {size} GPUs, but the layout gives it its {tp} (tensor_parallel_size, "
                 "CUDA_VISIBLE_DEVICES) and vLLM would stop at start-up; remove it from "
-                f"{VARIABLE} (vllm-fleet lays out tensor-parallel instances only; size a pipeline-parallel "
-                "one with `vllm-fleet plan --pipeline-parallel-size`)"
+                f"{VARIABLE} (on one host vllm-fleet lays out tensor-parallel instances only; pipeline "
+                "stages over several hosts: vllm_service_nodes and vllm_service_pipeline_parallel_size)"
             )
     return errors

@@ -57,6 +57,9 @@ VARIABLE_FLAGS: dict[str, tuple[str, ...]] = {
     "host": ("--host",),
     "port": ("--port",),
     "shutdown_timeout": ("--shutdown-timeout",),
+    # an instance over several hosts (plan.nodes): rank, master and headless come from the node plan
+    "nodes": ("--nnodes", "--node-rank", "--master-addr", "--headless"),
+    "master_port": ("--master-port",),
     # never in argv at all: /proc/<pid>/cmdline, `systemctl status` and the 0644 unit would show it
     "api_key": ("--api-key",),
     # the layout's NUMA binding (gpu_topology.layout), not a variable

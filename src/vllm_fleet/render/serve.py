@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_fleet import flags as flagcat
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.hostvalues import exec_word
 from vllm_fleet.render import validate as validation
 from vllm_fleet.render.schema import ServeSpec
+
+if TYPE_CHECKING:
+    from vllm_fleet.plan.nodes import NodePlan
 
 
 @dataclass
@@ -140,13 +143,15 @@ def render_instance(
     *,
     model_config: dict[str, Any] | None = None,
     topology: dict[str, Any] | None = None,
+    node: NodePlan | None = None,
 ) -> Rendered:
     """The argv, ExecStart line, environment and checks of one instance for `vllm_version`, the release
     vllm_install_version installs: flags and capacity are that release's, and a release the flag catalog does
     not hold raises FleetInputError with the fix (a neighbour's KV-cache formula expected 77,947 tokens where
-    vLLM 0.26.0 printed 50,045, issue 34)."""
+    vLLM 0.26.0 printed 50,045, issue 34). `node`: this host's rank of an instance over several hosts."""
     release = flagcat.release(vllm_version)
     view = instance_view(instance)
+    view["node"] = node
     warnings: list[str] = []
     errors: list[str] = []
     argv = _Argv(release)
@@ -166,6 +171,7 @@ def render_instance(
     env = dict(view["env"])
     if view["cuda_visible_devices"] not in (None, ""):
         env["CUDA_VISIBLE_DEVICES"] = str(view["cuda_visible_devices"])
+    env.update(node_env(node))
     secret_env_names = ["VLLM_API_KEY"] if spec.api_key else []
     # vllm_service_port is the layout's base port: instance k listens on base + k (plan_layout)
     port = view["port"]
@@ -242,7 +248,10 @@ def _serve_flags(
     if spec.served_model_name:
         argv.add("--served-model-name", *spec.served_model_name, variable=v + "served_model_name")
     tp = spec.tensor_parallel_size or view["tensor_parallel_size"]
-    if spec.tensor_parallel_size and view["gpus"] and spec.tensor_parallel_size != len(view["gpus"]):
+    node = view["node"]
+    # a rank of a multi-host instance holds k pipeline stages of TP GPUs each (plan.nodes)
+    local_tp = len(view["gpus"]) // (len(node.stages) if node else 1)
+    if spec.tensor_parallel_size and view["gpus"] and spec.tensor_parallel_size != local_tp:
         argv.errors.append(
             f"vllm_service_tensor_parallel_size: {spec.tensor_parallel_size} but layout instance "
             f"{view['name']} "
@@ -251,6 +260,7 @@ def _serve_flags(
         )
     if view["device"] != "cpu" or tp > 1:
         argv.add("--tensor-parallel-size", tp, variable=v + "tensor_parallel_size")
+    _node_flags(node, argv)
     if spec.max_model_len is not None:
         argv.add("--max-model-len", spec.max_model_len, variable=v + "max_model_len")
     if spec.dtype:
@@ -325,10 +335,48 @@ def _serve_flags(
     # drain is then the only protection, and the unit keeps systemd's shorter stop wait (deploy.service).
     if spec.shutdown_timeout and release.has("--shutdown-timeout"):
         argv.add("--shutdown-timeout", spec.shutdown_timeout, variable=v + "shutdown_timeout")
+    if node is not None and node.headless:
+        return  # no API on ranks > 0: nothing listens for clients there
     if spec.host:
         argv.add("--host", spec.host, variable=v + "host")
     if view["port"]:
         argv.add("--port", view["port"], variable=v + "port")
+
+
+def _node_flags(node: NodePlan | None, argv: _Argv) -> None:
+    """vLLM's multi-host flags (`vllm/engine/arg_utils.py`, 0.11.1+), the same on every rank but the rank;
+    ranks > 0 run `--headless`: their workers only, no API server and no engine core."""
+    if node is None:
+        return
+    if node.pipeline_parallel_size > 1:
+        argv.add(
+            "--pipeline-parallel-size",
+            node.pipeline_parallel_size,
+            variable="vllm_service_pipeline_parallel_size",
+        )
+    argv.add("--nnodes", node.nnodes, variable="vllm_service_nodes")
+    argv.add("--node-rank", node.rank, variable="vllm_service_nodes")
+    argv.add("--master-addr", node.master_address, variable="vllm_service_nodes")
+    argv.add("--master-port", node.master_port, variable="vllm_service_master_port")
+    if node.headless:
+        argv.add("--headless", variable="vllm_service_nodes")
+
+
+def node_env(node: NodePlan | None) -> dict[str, str]:
+    """The environment a rank needs: VLLM_HOST_IP, the address vLLM advertises to the other ranks (without
+    it vLLM guesses from the default route), the interface that carries it for Gloo and NCCL, and
+    VLLM_PP_LAYER_PARTITION where the split is set (vLLM reads
+    it in `vllm/distributed/utils.py get_pp_indices`; no release has a flag for it)."""
+    if node is None:
+        return {}
+    env = {"VLLM_HOST_IP": node.address}
+    if node.interface:
+        # torch.distributed's Gloo (the CPU build, and every build's CPU group) and NCCL pick an interface
+        # themselves otherwise, which need not be the one the other ranks reach
+        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = node.interface
+    if node.pp_layer_partition:
+        env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(n) for n in node.pp_layer_partition)
+    return env
 
 
 def _num(value: float) -> str:

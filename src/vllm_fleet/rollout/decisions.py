@@ -105,6 +105,48 @@ def plan_batches(hosts: Sequence[str], serial: Any) -> list[list[str]]:
     return batches
 
 
+def instance_groups(plans: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
+    """{host: the hosts of its multi-host instance, rank order} from the hosts' plans (`HostPlan.to_dict()`,
+    preflight's vllm_fleet_plan); hosts of single-host instances are left out."""
+    groups: dict[str, tuple[str, ...]] = {}
+    for host, plan in plans.items():
+        for instance in (plan or {}).get("instances") or []:
+            nodes = tuple((instance.get("node") or {}).get("nodes") or ())
+            if nodes:
+                groups[host] = nodes
+    return groups
+
+
+def group_batch_errors(
+    batches: Sequence[Sequence[str]], groups: Mapping[str, Sequence[str]], targets: Sequence[str]
+) -> list[str]:
+    """A multi-host instance is rolled out as one unit: all its hosts in the rollout and in one batch (the
+    canary counts as one), else its ranks would run two releases or plans at once and never meet."""
+    errors: list[str] = []
+    batch_of = {host: n for n, batch in enumerate(batches) for host in batch}
+    for nodes in dict.fromkeys(tuple(g) for g in groups.values()):
+        missing = [h for h in nodes if h not in targets]
+        if missing:
+            errors.append(
+                f"vllm_rollout_hosts: {', '.join(missing)} of the instance over {', '.join(nodes)} not in "
+                "the rollout; roll out every host of a multi-host instance together (name its group)"
+            )
+            continue
+        seen = sorted({batch_of[h] for h in nodes if h in batch_of})
+        if len(seen) > 1:
+            split = "; ".join(
+                f"{'canary' if n == 0 else f'batch {n}'}: "
+                f"{', '.join(h for h in nodes if batch_of.get(h) == n)}"
+                for n in seen
+            )
+            errors.append(
+                f"vllm_rollout_serial / vllm_rollout_canary: the instance over {', '.join(nodes)} would be "
+                f"split across batches ({split}); its ranks restart together: name all its hosts as the "
+                "canary, or give batch sizes that keep them in one batch"
+            )
+    return errors
+
+
 def split_canary(hosts: Sequence[str], canary: Sequence[str] | None) -> tuple[list[str], list[str]]:
     """The canary hosts (the named ones, or else the first host) and the rest, both in play order.
 

@@ -36,6 +36,7 @@ KV_OFFLOAD_TOTAL_BYTES = (
     "vllm:kv_offload_total_bytes_total"  # deprecated, transfer_type GPU_to_CPU / CPU_to_GPU
 )
 
+
 @dataclass(frozen=True)
 class Sample:
     name: str

@@ -127,8 +127,13 @@ class Readiness:
         return self.state != "starting"
 
 
-def classify_readiness(unit: UnitState, baseline: UnitState | None, health_status: int | None) -> Readiness:
+def classify_readiness(
+    unit: UnitState, baseline: UnitState | None, health_status: int | None, *, headless: bool = False
+) -> Readiness:
     """Decide from the unit's state and /health's answer (None: connection refused or no answer).
+
+    `headless`: a rank > 0 of a multi-host instance has no API; it is ready when its unit runs (its workers
+    then wait for rank 0; verify checks in its log that they joined the planned world).
 
     `baseline` is the state seen at the first poll: a restart since then (NRestarts up, a new InvocationID)
     means the start being waited on died, even if the new start is loading again.
@@ -173,6 +178,10 @@ def classify_readiness(unit: UnitState, baseline: UnitState | None, health_statu
         return Readiness("starting", "the unit is stopping (vLLM drains its requests in flight) first")
     if unit.active_state == "inactive":
         return Readiness("stopped", f"the unit is {unit.active_state} (Result={unit.result}); start it first")
+    if headless:
+        if unit.active_state == "active":
+            return Readiness("ready", "the headless rank's unit is active (it has no API to ask)")
+        return Readiness("starting", f"the headless rank's unit is {unit.active_state}")
     if health_status == 200 and unit.active_state == "activating":
         # vllm_service's ExecStartPost polls /health too; until it has seen the answer the unit is still
         # "activating (start-post)", and a check of its state taken now would fail a healthy start.
@@ -224,6 +233,7 @@ class ApiTarget:
     # --enable-prefix-caching given (not only vLLM's default, which is off for hybrid models)
     prefix_caching_explicit: bool = False
     kv_offload_cpu_bytes: int | None = None  # the CPU KV tier the plan asked for (cpu_bytes_to_use)
+    headless: bool = False  # a rank > 0 of a multi-host instance: no API (its unit and log say it all)
 
     @property
     def base_url(self) -> str:
@@ -243,6 +253,8 @@ class ApiTarget:
             "spec_decode": self.spec_decode,
             "model_path": self.model_path,
             "prefix_caching_explicit": self.prefix_caching_explicit,
+            # only on a headless rank (roles/vllm_verify sends it no request): other reports stay as they were
+            **({"headless": True} if self.headless else {}),
         }
 
 
@@ -265,6 +277,7 @@ def api_target(plan: Mapping[str, Any] | InstancePlan, *, address: str | None = 
         spec_decode=plan.spec_decode,
         model_path=plan.model,
         prefix_caching_explicit="--enable-prefix-caching" in plan.argv,
+        headless=plan.headless,
     )
 
 
@@ -637,6 +650,17 @@ def check_kv_offload_metrics(target: ApiTarget, summary: MetricsSummary) -> Chec
     )
 
 
+def rank_named(check: Check, node: Mapping[str, Any]) -> Check:
+    """A failed check of one rank of a multi-host instance says which rank (and host) failed."""
+    if check.ok:
+        return check
+    nodes = list(node.get("nodes") or [])
+    rank = int(node.get("rank", 0))
+    host = nodes[rank] if rank < len(nodes) else "?"
+    where = f"rank {rank} of {len(nodes)} ({host}{', headless' if node.get('headless') else ', the API'})"
+    return Check(check.name, False, check.expected, check.seen, check.line, f"{where}: {check.detail}")
+
+
 def check_restarts(unit: UnitState, thresholds: Thresholds) -> Check:
     """Automatic restarts since the last deliberate start (systemd's NRestarts): a healthy unit has none."""
     return _mk(
@@ -829,15 +853,20 @@ def build_report(
     log: dict[str, Any] = {}
     summary = MetricsSummary()
 
+    # a headless rank of a multi-host instance has no API: its log (its workers in the planned world and
+    # stages) and its unit are what it shows; the API of the instance is checked on rank 0
+    headless = instance.headless
     if not readiness or readiness.get("state") == "ready":
         log_report = parse_log(journal_text(journal or "", unit.main_pid if unit else None))
         if journal is not None:
             log = _log_dict(log_report)
             # A healthy start logs its readiness and no fatal line, whatever else the plan expects.
-            expectations = {"ready": True, "no_errors": True, **log_expectations(instance.expectations)}
+            ready = {} if headless else {"ready": True}
+            expectations = {**ready, "no_errors": True, **log_expectations(instance.expectations)}
             checks.extend(approximate_capacity(check_log(log_report, expectations), instance.expectations))
         if unit is not None:
             checks.append(check_restarts(unit, thresholds))
+    if (not readiness or readiness.get("state") == "ready") and not headless:
         checks.append(check_health(target, api.get("health")))
         checks.extend(check_models(target, api.get("models")))
         if full:
@@ -857,6 +886,8 @@ def build_report(
             elif target.kv_offload_cpu_bytes:
                 checks.append(check_kv_offload_metrics(target, summary))
 
+    if instance.node:
+        checks = [rank_named(check, instance.node) for check in checks]
     kept = {k: readiness[k] for k in READINESS_KEPT if k in readiness}
     ok = bool(checks) and all(c.ok for c in checks)
     if full:

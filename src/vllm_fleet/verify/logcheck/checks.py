@@ -38,6 +38,8 @@ EXPECTATION_KEYS = (
     "ready",
     "no_errors",
     "kv_offload_cpu_bytes",
+    "world_size",
+    "pp_ranks",
 )
 
 
@@ -54,6 +56,42 @@ def _compare(
         return Check(name, False, expected, None, None, f"the log has no line that shows {what}")
     ok, detail = verdict(seen)
     return Check(name, ok, expected, seen, line, detail)
+
+
+def world_checks(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
+    """The distributed world as planned: every worker of this log in a world of `world_size` (TP x PP), and
+    its workers holding this host's pipeline stages `pp_ranks` (a rank of a multi-host instance: its own)."""
+    checks: list[Check] = []
+    workers = report.worker_ranks
+    line = workers[0]["line"] if workers else None
+    if "world_size" in expectations:
+        size = int(expectations["world_size"])
+        seen = sorted({w["world_size"] for w in workers})
+        checks.append(
+            Check(
+                "world_size",
+                bool(workers) and seen == [size],
+                size,
+                seen,
+                line,
+                f"workers in a world of {', '.join(map(str, seen))} (planned {size})"
+                if workers
+                else "no 'rank R in world size N' line: no worker of this log joined the world",
+            )
+        )
+    if "pp_ranks" in expectations:
+        # vLLM 0.32.0 logs the line of a host's first worker only (real logs: one line per start, whatever
+        # the local world), so the check is that what the log shows is among this host's planned stages
+        planned = sorted(int(n) for n in expectations["pp_ranks"])
+        seen = sorted({w["pp_rank"] for w in workers if w["pp_rank"] is not None})
+        foreign = [n for n in seen if n not in planned]
+        detail = f"this log's workers hold pipeline stage(s) {seen} (planned {planned})"
+        if not seen:
+            detail = "no 'rank R in world size N ... PP rank P' line: no worker of this log joined a stage"
+        elif foreign:
+            detail += f"; stage(s) {foreign} belong to another host: the ranks are not as planned"
+        checks.append(Check("pp_ranks", bool(seen) and not foreign, planned, seen, line, detail))
+    return checks
 
 
 def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
@@ -193,6 +231,7 @@ def check_log(report: LogReport, expectations: dict[str, Any]) -> list[Check]:
                     f"vLLM bound its processes to NUMA node(s) {report.numa_nodes} (planned {nodes})",
                 )
             )
+    checks.extend(world_checks(report, expectations))
     if "ready" in expectations:
         ready = bool(expectations["ready"])
         alive = report.ready and not report.engine_dead

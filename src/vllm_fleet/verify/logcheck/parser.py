@@ -66,6 +66,9 @@ from vllm_fleet.verify.logcheck.patterns import (
     _TP,
     _UVICORN_STOP,
     _VERSION_PATTERNS,
+    _WORKER_PP_RANK,
+    _WORKER_RANK,
+    _WORKER_TP_RANK,
     TRACEBACK_MAX_LINES,
 )
 from vllm_fleet.verify.logcheck.records import (
@@ -337,6 +340,23 @@ class LogParser:
             match = pattern.search(line)
             if match:
                 _set(self.report, name, _int(match.group("n")), line)
+
+    def _on_worker_rank(self, line: str) -> None:
+        match = _WORKER_RANK.search(line)
+        if match is None:
+            return
+        rest = line[match.end() :]
+        pp, tp = _WORKER_PP_RANK.search(rest), _WORKER_TP_RANK.search(rest)
+        self.report.worker_ranks.append(
+            {
+                "rank": _int(match.group("rank")),
+                "world_size": _int(match.group("world")),
+                "pp_rank": _int(pp.group("n")) if pp else None,
+                "tp_rank": _int(tp.group("n")) if tp else None,
+                "line": line,
+            }
+        )
+        _keep_last(self.report.worker_ranks)
 
     def _on_backend(self, line: str) -> None:
         for pattern in (_BACKEND_POTENTIAL, _BACKEND_ENUM, _BACKEND_NAME, _BACKEND_WORDS):
@@ -613,6 +633,7 @@ _HANDLERS: tuple[tuple[tuple[str, ...], Callable[[LogParser, str], None]], ...] 
     (("kv_cache_dtype", "to store kv cache"), LogParser._on_kv_dtype),
     (("max_seq_len=", "'max_model_len'", "Using max model len"), LogParser._on_max_len),
     (("parallel_size",), LogParser._on_parallel),
+    (("in world size",), LogParser._on_worker_rank),
     *((needles, _setting_handler(name, patterns)) for name, needles, patterns in _SETTING_PATTERNS),
     (("backend",), LogParser._on_backend),
     (

@@ -219,6 +219,11 @@ _CAR_REASONS = (
     ("missing custom allreduce library", "missing_library"),
     ("spans across nodes", "spans_nodes"),
 )
+# --- the distributed world: one line per worker (vllm/distributed/parallel_state.py, 0.11+), e.g.
+# `rank 1 in world size 2 is assigned as DP rank 0, PP rank 1, PCP rank 0, TP rank 0, ...` ---
+_WORKER_RANK = re.compile(r"rank (?P<rank>\d+) in world size (?P<world>\d+) is assigned as ")
+_WORKER_PP_RANK = re.compile(r"\bPP rank (?P<n>\d+)")
+_WORKER_TP_RANK = re.compile(r"\bTP rank (?P<n>\d+)")
 # --- NUMA binding (vllm-facts §5) ---------------------------------------------------------------------------
 _NUMA_WORKER = re.compile(
     r"Binding worker subprocess \(local_rank=(?P<rank>\d+), gpu_index=(?P<gpu>\d+)\) to "

@@ -54,6 +54,9 @@ class LogReport:
     custom_all_reduce_disabled: bool | None = None
     custom_all_reduce_disabled_reason: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    # one per worker of this log: {rank, world_size, pp_rank, tp_rank} (a rank of a multi-host instance logs
+    # its own workers only)
+    worker_ranks: list[dict[str, Any]] = field(default_factory=list)
     numa_bindings: list[dict[str, Any]] = field(default_factory=list)
     numa_nodes: list[int] = field(default_factory=list)
     numa_auto_binding_skipped: str | None = None
