@@ -60,7 +60,8 @@ def test_each_rank_logs_the_world_size_and_its_stage() -> None:
     for rank, path in enumerate((RANK0, RANK1)):
         text = verbatim(path)
         assert [m.groups() for m in rank_line.finditer(text)] == [(str(rank), "2", str(rank))]
-        assert f"world_size=2 rank={rank} local_rank=0 distributed_init_method=tcp://10.179.217.10:29501" in text
+        init = f"world_size=2 rank={rank} local_rank=0 distributed_init_method=tcp://10.179.217.10:29501"
+        assert init in text
         assert f"(Worker_PP{rank} pid=" in text
     assert "DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=10.179.217.10" in verbatim(RANK0)
 
@@ -69,7 +70,8 @@ def test_a_stopped_rank1_shows_on_rank0_only_at_the_next_request() -> None:
     """Rank 1 stopped at 22:35:33: rank 0 logs nothing until the request of 22:35:47, whose Gloo send fails at
     once; the engine dies when VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (30 here) is over, not before."""
     text = verbatim(RANK0_AFTER_RANK1_STOPPED)
-    peer = re.search(r"\d\d:\d\d:\d\d \S+\] RuntimeError: .*Connection closed by peer \[10\.179\.217\.11\]", text)
+    closed = r"RuntimeError: .*Connection closed by peer \[10\.179\.217\.11\]"
+    peer = re.search(r"\d\d:\d\d:\d\d \S+\] " + closed, text)
     assert peer and peer.group(0).startswith("22:35:47")
     assert "RPC call to sample_tokens timed out" in text
     report = parse_file(RANK0_AFTER_RANK1_STOPPED)
