@@ -1,6 +1,7 @@
 """One vLLM instance across two hosts, for real (issue 33): two lab hosts (systemd-nspawn, real systemd) run
-the real vLLM 0.32.0 CPU build as one engine, pipeline parallel 2 over Gloo: rank 0 (`--nnodes 2 --node-
-rank 0 --master-addr <its address>`) serves the API, rank 1 runs `--headless` and holds the second stage.
+the real vLLM 0.32.0 CPU build as one engine, pipeline parallel 2 over Gloo: rank 0 (`--nnodes 2
+--node-rank 0 --master-addr <its address>`) serves the API, rank 1 runs `--headless` and holds the second
+stage.
 
 The units are plain systemd units that this module writes itself, for now (the roles render them next);
 what is under test is vLLM's own multi-node behaviour that the roles and verify rely on: the group serves a
