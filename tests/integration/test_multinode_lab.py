@@ -113,7 +113,27 @@ def unit_text(rank: int, addresses: list[str]) -> str:
 
 
 def journal(plan: lab.LabPlan, rank: int) -> str:
-    return sh(plan, rank, f"journalctl -u {unit(rank)} -o cat --no-pager")
+    """The rank's log since its unit's last start, stopped or running (systemd's own "Started" line marks it;
+    a stopped unit keeps no InvocationID to select it by)."""
+    text = sh(plan, rank, f"journalctl -u {unit(rank)} -o cat --no-pager")
+    return text.rsplit(f"Started {unit(rank)} - ", 1)[-1]
+
+
+def start(plan: lab.LabPlan, timeout: float) -> float:
+    """Both ranks started, rank 1 first; the seconds until rank 0's API is up."""
+    started = time.monotonic()
+    for rank in (1, 0):
+        sh(plan, rank, f"systemctl start --no-block {unit(rank)}")
+    time.sleep(2)  # each unit's new invocation, before its log is read
+    wait_ready(plan, timeout)
+    return round(time.monotonic() - started, 1)
+
+
+def generate(plan: lab.LabPlan) -> dict:
+    body = {"model": "tiny", "prompt": "hello world", "max_tokens": 8, "temperature": 0}
+    status, text = request(plan, "/v1/completions", body, timeout=60)
+    assert status == 200, text
+    return json.loads(text)
 
 
 def state(plan: lab.LabPlan, rank: int) -> str:
@@ -170,11 +190,7 @@ def group(saved_venv_when_ready):
         for rank in (1, 0):
             text = shlex.quote(unit_text(rank, addresses))
             sh(plan, rank, f"printf %s {text} > /etc/systemd/system/{unit(rank)} && systemctl daemon-reload")
-        started = time.monotonic()
-        for rank in (1, 0):
-            sh(plan, rank, f"systemctl start --no-block {unit(rank)}")
-        wait_ready(plan, timeout=420)
-        ready_s = round(time.monotonic() - started, 1)
+        ready_s = start(plan, timeout=600)
         print(f"two-rank instance ready in {ready_s} s")
         yield Group(plan, addresses, ready_s)
     finally:
@@ -182,10 +198,7 @@ def group(saved_venv_when_ready):
 
 
 def test_rank0_serves_a_generation_of_both_stages(group: Group) -> None:
-    body = {"model": "tiny", "prompt": "hello world", "max_tokens": 8, "temperature": 0}
-    status, text = request(group.plan, "/v1/completions", body, timeout=60)
-    assert status == 200, text
-    answer = json.loads(text)
+    answer = generate(group.plan)
     assert answer["usage"]["completion_tokens"] == 8
     assert answer["system_fingerprint"].startswith("vllm-0.32.0-pp2-")  # vLLM's own: two stages
 
@@ -233,3 +246,29 @@ def test_a_killed_rank1_fails_rank0_at_the_next_request(group: Group) -> None:
     # the API server exits 0 after its engine died: `Restart=on-failure` would never bring it back
     assert state(plan, 0) == "inactive"
     assert sh(plan, 0, f"systemctl show -p Result --value {unit(0)}") == "success"
+
+
+def test_after_the_failure_restarting_both_ranks_serves_again(group: Group) -> None:
+    """The group comes back only when every rank starts again (a rank 0 alone waits at the rendezvous)."""
+    plan = group.plan
+    assert [state(plan, rank) for rank in (0, 1)] != ["active", "active"]  # the previous test's failure
+    ready_s = start(plan, timeout=600)
+    print(f"restarted in {ready_s} s")
+    assert generate(plan)["usage"]["completion_tokens"] == 8
+
+
+def test_a_killed_rank0_leaves_rank1_running_until_it_is_stopped(group: Group) -> None:
+    """vLLM ends no remote worker when rank 0 dies: rank 1 keeps its memory and logs nothing, so the units (or
+    the controller) must stop it; a plain stop then leaves nothing behind."""
+    plan = group.plan
+    before = journal(plan, 1)
+    sh(plan, 0, f"systemctl kill --signal=SIGKILL {unit(0)}")
+    time.sleep(15)
+    assert state(plan, 0) in ("failed", "inactive")
+    assert state(plan, 1) == "active"
+    assert "VLLM::Worker_PP" in sh(plan, 1, "ps -eo comm")
+    assert journal(plan, 1) == before  # not one line about rank 0
+    started = time.monotonic()
+    sh(plan, 1, f"systemctl stop {unit(1)}", timeout=60)
+    print(f"the orphaned rank 1 stopped in {time.monotonic() - started:.1f} s")
+    assert sh(plan, 1, "pgrep '^(vllm|VLLM::)' || true") == ""
