@@ -124,7 +124,7 @@ def start(plan: lab.LabPlan, timeout: float) -> float:
     started = time.monotonic()
     for rank in (1, 0):
         sh(plan, rank, f"systemctl start --no-block {unit(rank)}")
-    time.sleep(2)  # each unit's new invocation, before its log is read
+    time.sleep(2)  # systemd logs each new "Started" line, which journal() reads from
     wait_ready(plan, timeout)
     return round(time.monotonic() - started, 1)
 
