@@ -41,13 +41,11 @@ WAITING = "vllm:num_requests_waiting"
 # What the runtime API answers when the gateway has no such server (a stale config, or a host outside it).
 UNKNOWN_SERVER = ("No such server", "No such backend")
 
-# Runs on the gateway host with its own python3 (the library is not installed there): one runtime API command
-# per connection (HAProxy's non-interactive mode), then the instance's /metrics. Prints one JSON object.
-READ_SCRIPT = (
-    "import json, os, socket, sys, urllib.request\n"
-    "path, url, commands = sys.argv[1], sys.argv[2], sys.argv[3:]\n"
-    "out = {'replies': [], 'metrics': None, 'metrics_error': '', 'no_socket': not os.path.exists(path)}\n"
-    "for command in commands if not out['no_socket'] else []:\n"
+# The runtime API from the gateway host's own python3 (the library is not installed there): one command per
+# connection (HAProxy's non-interactive mode), its whole answer. The start of both scripts below.
+_ASK = (
+    "import csv, fcntl, io, json, os, socket, sys, urllib.request\n"
+    "def ask(path, command):\n"
     "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
     "    s.settimeout(10)\n"
     "    s.connect(path)\n"
@@ -59,7 +57,15 @@ READ_SCRIPT = (
     "            break\n"
     "        chunks.append(chunk)\n"
     "    s.close()\n"
-    "    out['replies'].append(b''.join(chunks).decode(errors='replace'))\n"
+    "    return b''.join(chunks).decode(errors='replace')\n"
+)
+
+# Runs on the gateway host: the runtime API commands, then the instance's /metrics. Prints one JSON object.
+READ_SCRIPT = _ASK + (
+    "path, url, commands = sys.argv[1], sys.argv[2], sys.argv[3:]\n"
+    "out = {'replies': [], 'metrics': None, 'metrics_error': '', 'no_socket': not os.path.exists(path)}\n"
+    "for command in commands if not out['no_socket'] else []:\n"
+    "    out['replies'].append(ask(path, command))\n"
     "if url:\n"
     "    try:\n"
     "        out['metrics'] = urllib.request.urlopen(url, timeout=5).read().decode(errors='replace')\n"
@@ -73,28 +79,14 @@ READ_SCRIPT = (
 # backend/server only if a server of that backend or of a later one (a larger set: backends come in the
 # config's order, smallest set first) other than it is UP, or if no other server exists at all. Prints one
 # JSON object: drained (bool), reply (the drain command's answer), others ({backend/server: status}).
-DRAIN_SCRIPT = (
-    "import csv, fcntl, io, json, os, socket, sys\n"
+DRAIN_SCRIPT = _ASK + (
     "path, backend, server = sys.argv[1], sys.argv[2], sys.argv[3]\n"
-    "def ask(command):\n"
-    "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
-    "    s.settimeout(10)\n"
-    "    s.connect(path)\n"
-    "    s.sendall(command.encode() + b'\\n')\n"
-    "    chunks = []\n"
-    "    while True:\n"
-    "        chunk = s.recv(65536)\n"
-    "        if not chunk:\n"
-    "            break\n"
-    "        chunks.append(chunk)\n"
-    "    s.close()\n"
-    "    return b''.join(chunks).decode(errors='replace')\n"
     "if not os.path.exists(path):\n"
     "    print(json.dumps({'no_socket': True}))\n"
     "    sys.exit(0)\n"
     "with open(path + '.vllm-fleet-drain.lock', 'a') as lock:\n"
     "    fcntl.flock(lock, fcntl.LOCK_EX)\n"
-    "    stat = ask('show stat').lstrip()\n"
+    "    stat = ask(path, 'show stat').lstrip()\n"
     "    rows = [r for r in csv.DictReader(io.StringIO(stat[2:]))\n"
     "            if r.get('svname') not in ('FRONTEND', 'BACKEND')]\n"
     "    order = list(dict.fromkeys(r['pxname'] for r in rows))\n"
@@ -105,7 +97,7 @@ DRAIN_SCRIPT = (
     "    if others and not serving:\n"
     "        print(json.dumps({'drained': False, 'reply': '', 'others': others}))\n"
     "        sys.exit(0)\n"
-    "    reply = ask('set server ' + backend + '/' + server + ' state drain')\n"
+    "    reply = ask(path, 'set server ' + backend + '/' + server + ' state drain')\n"
     "    print(json.dumps({'drained': True, 'reply': reply, 'others': others}))\n"
 )
 
