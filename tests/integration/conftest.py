@@ -26,11 +26,14 @@ teardown), e.g. the one `vllm-fleet lab up --name X --inventory FILE` plus insta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,3 +173,47 @@ def saved_vllm(installed_lab) -> Path:
             f"{REUSE_ENV} names"
         )
     return cached
+
+
+@pytest.fixture(scope="session")
+def own_installed_lab(
+    saved_venv_when_ready: Path | None,
+) -> Callable[[str, Path], contextlib.AbstractContextManager[InstalledLab]]:
+    """A lab host of a module's own with vLLM installed, for a module that would otherwise lengthen the
+    shared lab's serial run past the other worker's (tests/conftest.py: the schedule): it runs on either
+    worker, beside the shared lab. Its host starts with the venv the shared lab saved (`lab up
+    --preinstalled-vllm`), so install.yml finds vLLM at the pin (about 10 s, no pip); without a saved venv
+    it installs it. Taken down when the module's fixture ends; VLLM_FLEET_LAB_INVENTORY reuses a lab as
+    installed_lab does."""
+
+    @contextlib.contextmanager
+    def own(name: str, work: Path) -> Iterator[InstalledLab]:
+        reuse = os.environ.get(REUSE_ENV)
+        if reuse:
+            yield InstalledLab(Path(reuse), 0.0, 0.0)
+            return
+        inventory = work / "inventory"
+        (inventory / "group_vars" / "lab").mkdir(parents=True)
+        shutil.copy(INVENTORY / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
+        cli = str(BIN / "vllm-fleet")
+        started = time.monotonic()
+        try:
+            up = _run(
+                [cli, "lab", "up", "--name", name, "--host", f"{name}-1", "--preinstalled-vllm",
+                 "--inventory", str(inventory / "hosts.yml")],
+                timeout=3000,
+            )  # fmt: skip
+            assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+            up_s = time.monotonic() - started
+            started = time.monotonic()
+            install = _run(
+                [str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/install.yml"], 2400
+            )
+            assert install.returncode == 0, install.stdout[-4000:]
+            install_s = time.monotonic() - started
+            print(f"lab {name}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
+            yield InstalledLab(inventory, round(up_s, 1), round(install_s, 1), saved_venv_when_ready)
+        finally:
+            _run([cli, "lab", "down", "--name", name], timeout=300)
+
+    return own
