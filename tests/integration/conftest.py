@@ -10,7 +10,9 @@ installing its own. The venv it installed is then saved in the lab cache (`vllm-
 multi-host labs that test what comes after the install (test_rollout_lab, molecule/default) start with it
 (`lab up --preinstalled-vllm`): their vllm_install role finds vLLM installed. pip itself runs here and in
 molecule/install. Tests that need hosts of their own keep them: a fresh host (test_install_lab's check
-mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios.
+mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios. A module that would
+make the shared lab's serial run the suite's long pole takes a host of its own with the saved venv
+(`own_installed_lab`: test_hardening_lab).
 
 The tests that use it run one after the other, first, on one worker (tests/conftest.py: the suite's
 schedule), and the lab goes down right after the last of them, not at the end of the session: an
