@@ -3,7 +3,7 @@
 and without it (the negative control), counting failed and truncated requests and P99 TTFT before, during and
 after the rollout (issue 30; the lab test tests/integration/test_gateway_lab.py runs it too).
 
-    sudo .venv/bin/python benchmarks/rollout_under_load.py [--name gw-bench] [--keep] [--json]
+    sudo .venv/bin/python benchmarks/rollout_under_load.py [--name gw-bench] [--keep] [--json] [--out DIR]
     sudo .venv/bin/python benchmarks/rollout_under_load.py --inventory DIR   # a lab as lab_inventory makes
 
 The lab: 2 hosts (systemd-nspawn, real systemd, the real vLLM CPU build serving the tiny model), host 1 in set
@@ -16,7 +16,8 @@ set, `--ignore-eos` with a fixed output length (so a stream cut short shows as f
 from the instance's 0600 EnvironmentFile, never on a command line.
 
 Each run: the load starts, `--steady` seconds of it pass, then playbooks/rollout.yml (serial 1: host by host)
-changes every instance's serve command (vllm_service_shutdown_timeout to a new value), then the load finishes.
+changes every instance's serve command (vllm_service_shutdown_timeout to a new value), then the load finishes
+(the negative control rolls the loaded host alone: the other one carries none of this load).
 Requests are put in a phase by their start (vllm_fleet.gateway.underload). The drained run keeps the default
 drain (the gateway's `state drain`, the wait for no session and vLLM's running + waiting at 0, then restart,
 verify, `state ready`) and --shutdown-timeout; the negative control sets vllm_service_drain=false and
@@ -180,7 +181,11 @@ def bench_command(address: str, args: argparse.Namespace) -> str:
     )
 
 
-def one_run(inv: Path, args: argparse.Namespace, drained: bool, shutdown_timeout: int) -> dict[str, Any]:
+def one_run(
+    inv: Path, args: argparse.Namespace, drained: bool, shutdown_timeout: int, folder: Path
+) -> dict[str, Any]:
+    """One rollout under load; its playbook log and the benchmark's result land in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
     hosts, gateway, address = hosts_of(inv)
     base = frontend_requests(gateway_stat(inv, gateway))
     bench = subprocess.Popen(
@@ -204,18 +209,21 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, shutdown_timeout
             "vllm_service_shutdown_timeout": shutdown_timeout,
         }
         if not drained:
+            # the loaded host alone: its restart without the drain is what loses requests; the other host
+            # carries none of this load, so its turn would only lengthen the run
             extra["vllm_service_drain"] = False
+            extra["vllm_fleet_hosts"] = hosts[1]
         start = time.monotonic()
         done = playbook(inv, "playbooks/rollout.yml", "-v", "-e", json.dumps(extra))
         end = time.monotonic()
         rollout_ok = done.returncode == 0
-        log = Path(tempfile.mkdtemp(prefix="rollout-")) / "rollout.log"
+        log = folder / "rollout.log"
         log.write_text(done.stdout + done.stderr)
         out, _ = bench.communicate(timeout=args.timeout + 120)
     finally:
         if bench.poll() is None:
             bench.kill()
-    fetched = Path(tempfile.mkdtemp()) / "result.json"
+    fetched = folder / "result.json"
     must(
         run([str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.fetch", "-a",
              f"src={RESULT} dest={fetched} flat=true"]),
@@ -280,18 +288,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds the load may take at most")
     parser.add_argument("--port", type=int, default=4000, help="the gateway's port (fleet_gateway_port)")
     parser.add_argument("--only", choices=["drained", "control"], help="run one of the two")
+    parser.add_argument("--out", help="where each run's rollout log and result go (default: a /tmp folder)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="rollout-under-load-"))
+    work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rollout-under-load-"))
     inv = Path(args.inventory) if args.inventory else up(args.name, work)
     runs = []
     try:
         # a value no earlier run left, so that every instance's serve command changes
         new_timeout = 601 + int(time.time()) % 97
         if args.only != "control":
-            runs.append(one_run(inv, args, drained=True, shutdown_timeout=new_timeout))
+            drained = one_run(inv, args, drained=True, shutdown_timeout=new_timeout, folder=work / "drained")
+            runs.append(drained)
         if args.only != "drained":
-            runs.append(one_run(inv, args, drained=False, shutdown_timeout=0))
+            runs.append(one_run(inv, args, drained=False, shutdown_timeout=0, folder=work / "control"))
             must(playbook(inv, "playbooks/deploy.yml"), "deploy with the defaults again")
     finally:
         if not args.inventory and not args.keep:

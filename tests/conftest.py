@@ -32,16 +32,18 @@ for variable, tool in (("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")):
     os.environ.setdefault(variable, str(PACKAGE_CACHE / tool))
 SHARED_LAB_FIXTURE = "installed_lab"
 SHARED_LAB_GROUP = "shared-lab"
-# After the shared lab's group (26 min serial here), the modules that take longest (serial minutes, from
-# benchmarks/README.md), longest first. test_render_real_parser (8 min, pip-bound, no lab) goes before
-# test_rollout_lab (16 min) so that the venv the shared lab saves is in the cache before the rollout lab
-# starts its hosts with it.
+# After the shared lab's group, the modules that take longest (serial minutes, from benchmarks/README.md,
+# "The suite's schedule"), longest first. test_render_real_parser (8 min, pip-bound, no lab) goes before
+# test_rollout_lab (10-12 min) so that the venv the shared lab saves is in the cache before the rollout lab
+# starts its hosts with it. The shared lab's group must not be the long pole: test_hardening_lab (5-6 min)
+# has a lab host of its own (own_installed_lab) and runs on whichever worker is free.
 LONGEST_FIRST = (
     "tests/integration/test_render_real_parser.py",
     "tests/integration/test_rollout_lab.py",
-    # its own 2-host lab starts with the saved venv too; about 12 min (benchmarks/README.md)
+    # its own 2-host lab starts with the saved venv too (benchmarks/README.md)
     "tests/integration/test_gateway_lab.py",
     "tests/integration/test_molecule.py",
+    "tests/integration/test_hardening_lab.py",
     "tests/integration/test_driver_lab.py",
     "tests/integration/test_install_lab.py",
     "tests/integration/test_lab.py",

@@ -10,7 +10,9 @@ installing its own. The venv it installed is then saved in the lab cache (`vllm-
 multi-host labs that test what comes after the install (test_rollout_lab, molecule/default) start with it
 (`lab up --preinstalled-vllm`): their vllm_install role finds vLLM installed. pip itself runs here and in
 molecule/install. Tests that need hosts of their own keep them: a fresh host (test_install_lab's check
-mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios.
+mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios. A module that would
+make the shared lab's serial run the suite's long pole takes a host of its own with the saved venv
+(`own_installed_lab`: test_hardening_lab).
 
 The tests that use it run one after the other, first, on one worker (tests/conftest.py: the suite's
 schedule), and the lab goes down right after the last of them, not at the end of the session: an
@@ -26,11 +28,14 @@ teardown), e.g. the one `vllm-fleet lab up --name X --inventory FILE` plus insta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,3 +175,47 @@ def saved_vllm(installed_lab) -> Path:
             f"{REUSE_ENV} names"
         )
     return cached
+
+
+@pytest.fixture(scope="session")
+def own_installed_lab(
+    saved_venv_when_ready: Path | None,
+) -> Callable[[str, Path], contextlib.AbstractContextManager[InstalledLab]]:
+    """A lab host of a module's own with vLLM installed, for a module that would otherwise lengthen the
+    shared lab's serial run past the other worker's (tests/conftest.py: the schedule): it runs on either
+    worker, beside the shared lab. Its host starts with the venv the shared lab saved (`lab up
+    --preinstalled-vllm`), so install.yml finds vLLM at the pin (about 10 s, no pip); without a saved venv
+    it installs it. Taken down when the module's fixture ends; VLLM_FLEET_LAB_INVENTORY reuses a lab as
+    installed_lab does."""
+
+    @contextlib.contextmanager
+    def own(name: str, work: Path) -> Iterator[InstalledLab]:
+        reuse = os.environ.get(REUSE_ENV)
+        if reuse:
+            yield InstalledLab(Path(reuse), 0.0, 0.0)
+            return
+        inventory = work / "inventory"
+        (inventory / "group_vars" / "lab").mkdir(parents=True)
+        shutil.copy(INVENTORY / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
+        cli = str(BIN / "vllm-fleet")
+        started = time.monotonic()
+        try:
+            up = _run(
+                [cli, "lab", "up", "--name", name, "--host", f"{name}-1", "--preinstalled-vllm",
+                 "--inventory", str(inventory / "hosts.yml")],
+                timeout=3000,
+            )  # fmt: skip
+            assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+            up_s = time.monotonic() - started
+            started = time.monotonic()
+            install = _run(
+                [str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/install.yml"], 2400
+            )
+            assert install.returncode == 0, install.stdout[-4000:]
+            install_s = time.monotonic() - started
+            print(f"lab {name}: up {up_s:.0f} s, install.yml {install_s:.0f} s")
+            yield InstalledLab(inventory, round(up_s, 1), round(install_s, 1), saved_venv_when_ready)
+        finally:
+            _run([cli, "lab", "down", "--name", name], timeout=300)
+
+    return own

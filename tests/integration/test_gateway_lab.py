@@ -9,8 +9,9 @@ generated from the lab's plans), host 2 in set `short` (max_model_len 256 agains
 - A rollout of every instance (playbooks/rollout.yml, serial 1) under 8 concurrent streams of `vllm bench
   serve` through the gateway loses no request and truncates none (`--ignore-eos`: every request must bring
   its whole output), and P99 TTFT during the rollout is at most twice the steady state's before it.
-- The negative control (vllm_service_drain false, vllm_service_shutdown_timeout 0: restarts that abort what is
-  in flight) loses or truncates requests: the measurement sees failures when there are some.
+- The negative control (vllm_service_drain false, vllm_service_shutdown_timeout 0: a restart of the loaded
+  host, the short set's, without leaving the gateway) loses or truncates requests: the measurement sees
+  failures when there are some. It rolls that host alone: the long set's host carries none of the load.
 
 The load and the figures are benchmarks/rollout_under_load.py's (one implementation for both). The lab starts
 with the venv the shared lab saved (`lab up --preinstalled-vllm`), so tests/conftest.py schedules this module
@@ -23,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,14 +44,19 @@ OPTIONS = ["--requests", "1500", "--steady", "15"]
 
 
 @pytest.fixture(scope="module")
-def lab():
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lab's inventory and each run's rollout log and result (under pytest's own temporary root)."""
+    return tmp_path_factory.mktemp("gateway-lab")
+
+
+@pytest.fixture(scope="module")
+def lab(work: Path):
     """The module's own lab; VLLM_FLEET_GATEWAY_LAB_INVENTORY names one made as bench.lab_inventory makes it
     (while iterating: it is used as it is and left up)."""
     given = os.environ.get("VLLM_FLEET_GATEWAY_LAB_INVENTORY")
     if given:
         yield Path(given)
         return
-    work = Path(tempfile.mkdtemp(prefix="gateway-lab-"))
     try:
         inv = bench.up(LAB, work)
         yield inv
@@ -113,8 +118,8 @@ def test_a_long_prompt_lands_on_the_long_set_and_a_short_one_on_the_short_set(la
     assert _post(name, address, "Hello there.", None) == 401
 
 
-def _run(lab: Path, which: str) -> dict:
-    args = [f"--inventory={lab}", "--only", which, "--json", *OPTIONS]
+def _run(lab: Path, work: Path, which: str) -> dict:
+    args = [f"--inventory={lab}", f"--out={work}", "--only", which, "--json", *OPTIONS]
     script = str(ROOT / "benchmarks" / "rollout_under_load.py")
     done = bench.run([sys.executable, script, *args], timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -123,8 +128,8 @@ def _run(lab: Path, which: str) -> dict:
     return run
 
 
-def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path) -> None:
-    run = _run(lab, "drained")
+def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path, work: Path) -> None:
+    run = _run(lab, work, "drained")
     assert run["rollout_ok"], run["rollout_tail"]
     before, during, after = (run["phases"][p] for p in ("before", "during", "after"))
     assert before["requests"] >= 8 and during["requests"] >= 8, run["phases"]
@@ -135,8 +140,7 @@ def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path) -> 
     assert during["p99_ttft_ms"] <= 2 * before["p99_ttft_ms"], run["phases"]
 
 
-def test_the_negative_control_loses_requests(lab: Path) -> None:
-    run = _run(lab, "control")
+def test_the_negative_control_loses_requests(lab: Path, work: Path) -> None:
+    run = _run(lab, work, "control")
     during = run["phases"]["during"]
     assert during["failed"] + during["truncated"] > 0, run["phases"]
-

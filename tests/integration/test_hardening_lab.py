@@ -12,7 +12,8 @@ tiny model), installed by playbooks/install.yml and deployed by playbooks/deploy
   verify, in any file below /etc, /var/lib/vllm-fleet, /var/cache/vllm-fleet, /tmp or /run on the host except
   the 0600 EnvironmentFile, in the journal, or in the controller's reports.
 
-It runs on the shared installed lab (tests/integration/conftest.py); VLLM_FLEET_LAB_INVENTORY points it at
+It runs on a lab host of its own, which starts with the vLLM venv the shared lab saved (tests/integration/
+conftest.py: own_installed_lab), beside the shared lab's serial modules; VLLM_FLEET_LAB_INVENTORY points it at
 another lab host with vLLM installed.
 """
 
@@ -35,6 +36,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 UNIT = "vllm-fleet-i0.service"
+LAB = "hardened"
 FILTER = [
     "-p",
     "SystemCallFilter=@system-service",
@@ -87,9 +89,12 @@ def on_host(inv: Path, tree: Path, argv: list[str], stdin: str | None = None) ->
 
 
 @pytest.fixture(scope="module")
-def lab(installed_lab, tmp_path_factory: pytest.TempPathFactory):
-    """The shared installed lab (tests/integration/conftest.py: the embedded default, vLLM installed once)."""
-    return installed_lab.inventory, tmp_path_factory.mktemp("hardening-lab")
+def lab(own_installed_lab, tmp_path_factory: pytest.TempPathFactory):
+    """A lab host of its own with vLLM installed (tests/integration/conftest.py: own_installed_lab), so that
+    the other worker runs this module beside the shared lab's serial ones."""
+    work = tmp_path_factory.mktemp("hardening-lab")
+    with own_installed_lab(LAB, work) as installed:
+        yield installed.inventory, work
 
 
 @pytest.fixture(scope="module")
