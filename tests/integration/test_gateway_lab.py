@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,29 @@ def test_the_negative_control_loses_requests(lab: Path, work: Path) -> None:
     run = _run(lab, work, "control")
     during = run["phases"]["during"]
     assert during["failed"] + during["truncated"] > 0, run["phases"]
+
+
+def _statuses(inv: Path, gateway: str) -> dict[str, str]:
+    return {f"{r.backend}/{r.server}": r.status for r in stat_rows(bench.gateway_stat(inv, gateway))}
+
+
+def test_a_canary_rolled_back_behind_the_gateway_serves_in_it_again(lab: Path, work: Path) -> None:
+    """A canary whose new start fails (1000 GiB of CPU KV cache) is drained, rolled back and verified; then it
+    must be back in the gateway: with the rollback of before, it stayed drained (DRAIN) for good, checked by
+    hand in a lab of its own (benchmarks/README.md, session 13)."""
+    hosts, gateway, _address = bench.hosts_of(lab)
+    short = f"set_short/{hosts[1]}-i0"
+    assert _statuses(lab, gateway)[short] == "UP"
+    extra = {
+        "vllm_rollout_serial": [1],
+        "vllm_rollout_canary": [hosts[1]],
+        "vllm_service_extra_env": {"VLLM_CPU_KVCACHE_SPACE": "1000"},
+    }
+    done = bench.playbook(lab, "playbooks/rollout.yml", "-e", json.dumps(extra))
+    (work / "rollback.log").write_text(done.stdout + done.stderr)
+    assert done.returncode != 0, done.stdout[-3000:]  # the canary failed and the rollout stopped
+    assert "Put the restored instances back into the gateway" in done.stdout
+    deadline = time.monotonic() + 60  # the readiness check brings it UP within a few intervals
+    while (status := _statuses(lab, gateway)[short]) != "UP" and time.monotonic() < deadline:
+        time.sleep(2)
+    assert status == "UP", (status, done.stdout[-3000:])
