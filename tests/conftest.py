@@ -42,6 +42,8 @@ LONGEST_FIRST = (
     "tests/integration/test_rollout_lab.py",
     # its own 2-host lab starts with the saved venv too (benchmarks/README.md)
     "tests/integration/test_gateway_lab.py",
+    # two lab hosts with the saved venv, one PP 2 instance over them through the playbooks; about 3 min
+    "tests/integration/test_multinode_playbooks_lab.py",
     "tests/integration/test_molecule.py",
     "tests/integration/test_hardening_lab.py",
     "tests/integration/test_driver_lab.py",

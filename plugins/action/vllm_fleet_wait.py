@@ -21,7 +21,7 @@ from ansible.utils.display import Display
 
 from vllm_fleet.errors import FleetInputError
 from vllm_fleet.plan.host import InstancePlan
-from vllm_fleet.verify.hostread import READ_MODULE, check_reads, poll_of, read_args
+from vllm_fleet.verify.hostread import READ_MODULE, check_reads, headless_joined, poll_of, read_args
 from vllm_fleet.verify.progress import WAIT_PROGRESS_INTERVAL_S, last_log_line, wait_progress_line
 from vllm_fleet.verify.report import (
     JOURNAL_ARGV,
@@ -133,7 +133,8 @@ class ActionModule(ActionBase):
             while True:
                 polls += 1
                 state, health, read = self._poll(target, args, task_vars)
-                verdict = classify_readiness(state, baseline, health, headless=target.headless)
+                joined = headless_joined(read) if target.headless else True
+                verdict = classify_readiness(state, baseline, health, headless=target.headless, joined=joined)
                 baseline = baseline or state
                 if verdict.final:
                     break

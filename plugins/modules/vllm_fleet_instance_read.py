@@ -23,6 +23,8 @@ description:
     start (O(journal_argv) followed by C(_SYSTEMD_INVOCATION_ID=) the unit's InvocationID), C(GET /v1/models)
     (with O(api_key) as a Bearer token) and C(GET /metrics), what a check of a running instance needs, in the
     same round trip as the readiness poll.
+  - With an empty O(base_url) (a headless rank of a multi-host instance, which has no API), the journal of
+    the current start once the unit is active, whatever O(checks) says: it is that rank's readiness.
   - Used by the P(vllm_fleet.serving.vllm_fleet_wait#module) action, which decides on the controller
     (C(vllm_fleet.verify.hostread)). Changes nothing on the host.
 version_added: "0.1.0"
@@ -147,8 +149,9 @@ def read_instance(params: dict, run=subprocess.run, get=http_get) -> dict:
     if props.get("LoadState") == "not-found":
         return out
     if not base:
-        # a headless rank of a multi-host instance: no API; once its unit runs, its journal is the read
-        if params["checks"] and props.get("ActiveState") == "active":
+        # a headless rank of a multi-host instance: no API; once its unit runs, its journal is the read, and
+        # its readiness too (its workers' `rank R in world size N` line), so it is read without O(checks)
+        if props.get("ActiveState") == "active":
             out["journal"] = _journal(params, props, run)
         return out
     health = get(f"{base}/health", timeout)

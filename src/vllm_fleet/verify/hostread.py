@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vllm_fleet.verify.logcheck import parse_log
 from vllm_fleet.verify.report import (
     JOURNAL_ARGV,
     SYSTEMCTL_PROPERTIES,
     ApiTarget,
     UnitState,
+    journal_text,
     parse_systemctl_show,
 )
 
@@ -58,6 +60,15 @@ def health_status(read: Mapping[str, Any]) -> int | None:
 def poll_of(read: Mapping[str, Any], unit: str) -> tuple[UnitState, int | None]:
     """The unit's state and /health's status of one read (FleetInputError: systemd has no such unit)."""
     return parse_systemctl_show(str(read.get("unit_show") or ""), unit), health_status(read)
+
+
+def headless_joined(read: Mapping[str, Any]) -> bool:
+    """Whether the journal of a headless rank's current start shows one of its workers in the world (vLLM's
+    `rank R in world size N is assigned as ...` line, logged once the rendezvous with rank 0 is done)."""
+    journal = read.get("journal") or {}
+    if journal.get("rc") != 0:
+        return False
+    return bool(parse_log(journal_text(str(journal.get("stdout") or ""))).worker_ranks)
 
 
 def check_reads(read: Mapping[str, Any], *, headless: bool = False) -> dict[str, Any] | None:

@@ -128,12 +128,19 @@ class Readiness:
 
 
 def classify_readiness(
-    unit: UnitState, baseline: UnitState | None, health_status: int | None, *, headless: bool = False
+    unit: UnitState,
+    baseline: UnitState | None,
+    health_status: int | None,
+    *,
+    headless: bool = False,
+    joined: bool = True,
 ) -> Readiness:
     """Decide from the unit's state and /health's answer (None: connection refused or no answer).
 
-    `headless`: a rank > 0 of a multi-host instance has no API; it is ready when its unit runs (its workers
-    then wait for rank 0; verify checks in its log that they joined the planned world).
+    `headless`: a rank > 0 of a multi-host instance has no API; it is ready when its unit runs and its
+    workers `joined` rank 0's world (its log's `rank R in world size N` line, `hostread.headless_joined`):
+    before that its log lacks the lines verify checks (seen on two lab hosts: a rank read right after its
+    start showed neither its max model length nor its PP rank).
 
     `baseline` is the state seen at the first poll: a restart since then (NRestarts up, a new InvocationID)
     means the start being waited on died, even if the new start is loading again.
@@ -179,8 +186,10 @@ def classify_readiness(
     if unit.active_state == "inactive":
         return Readiness("stopped", f"the unit is {unit.active_state} (Result={unit.result}); start it first")
     if headless:
+        if unit.active_state == "active" and joined:
+            return Readiness("ready", "the headless rank's unit is active and its workers joined the world")
         if unit.active_state == "active":
-            return Readiness("ready", "the headless rank's unit is active (it has no API to ask)")
+            return Readiness("starting", "the headless rank's workers have not joined rank 0's world yet")
         return Readiness("starting", f"the headless rank's unit is {unit.active_state}")
     if health_status == 200 and unit.active_state == "activating":
         # vllm_service's ExecStartPost polls /health too; until it has seen the answer the unit is still
