@@ -24,7 +24,8 @@ description:
     (with O(api_key) as a Bearer token) and C(GET /metrics), what a check of a running instance needs, in the
     same round trip as the readiness poll.
   - With an empty O(base_url) (a headless rank of a multi-host instance, which has no API), the journal of
-    the current start once the unit is active, whatever O(checks) says, since that journal is the rank's readiness.
+    the current start once the unit is active, whatever O(checks) says, since that journal is the rank's
+    readiness.
   - Used by the P(vllm_fleet.serving.vllm_fleet_wait#module) action, which decides on the controller
     (C(vllm_fleet.verify.hostread)). Changes nothing on the host.
 version_added: "0.1.0"
