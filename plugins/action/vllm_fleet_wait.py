@@ -28,6 +28,7 @@ from vllm_fleet.verify.report import (
     Readiness,
     UnitState,
     api_target,
+    awaited_start,
     classify_readiness,
     crash_message,
     load_report,
@@ -125,6 +126,9 @@ class ActionModule(ActionBase):
         start = time.monotonic()
         deadline: float | None = None  # set after the first poll: an instance that is up needs no deadline
         baseline: UnitState | None = None
+        awaited: UnitState | None = (
+            None  # the start waited on (a restart under way at the first poll: the new)
+        )
         polls = 0
         progress_lines = 0
         next_progress = start + args["progress_interval"]
@@ -136,6 +140,7 @@ class ActionModule(ActionBase):
                 joined = headless_joined(read) if target.headless else True
                 verdict = classify_readiness(state, baseline, health, headless=target.headless, joined=joined)
                 baseline = baseline or state
+                awaited = awaited_start(baseline, awaited, state)
                 if verdict.final:
                     break
                 if deadline is None:
@@ -147,7 +152,7 @@ class ActionModule(ActionBase):
                     deadline = start + timeout
                 if args["progress_interval"] > 0 and time.monotonic() >= next_progress:
                     next_progress = time.monotonic() + args["progress_interval"]
-                    last = self._last_line(unit, baseline.invocation_id, task_vars)
+                    last = self._last_line(unit, awaited.invocation_id, task_vars)
                     sub = f"unit {state.active_state}/{state.sub_state}"
                     display.display(
                         wait_progress_line(host, unit, time.monotonic() - start, timeout, sub, health, last)
@@ -173,7 +178,7 @@ class ActionModule(ActionBase):
             unit_state=state.to_dict(),
             last_health=read.get("health") or {},
             unit_show=read.get("unit_show", ""),
-            invocation_id=baseline.invocation_id if baseline else "",
+            invocation_id=awaited.invocation_id if awaited else "",
         )
         if verdict.state == "ready":
             # The test requests run after a (re)start, a plan change or a failed check, or when asked.
@@ -188,10 +193,10 @@ class ActionModule(ActionBase):
                 result["reads"] = reads
             return result
         journal, source = self._journal(
-            unit, baseline.invocation_id if baseline else "", args["journal_lines"], task_vars
+            unit, awaited.invocation_id if awaited else "", args["journal_lines"], task_vars
         )
         # The PID seen while it loaded picks this start's lines out of the journal (see journal_text).
-        main_pid = next((s.main_pid for s in (baseline, state) if s and s.main_pid), None)
+        main_pid = next((s.main_pid for s in (awaited, state) if s and s.main_pid), None)
         msg, errors = crash_message(unit, verdict, journal, waited, main_pid)
         result.update(failed=True, msg=msg, errors=errors, journal_source=source)
         return result

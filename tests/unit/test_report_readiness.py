@@ -6,6 +6,7 @@ tests/fixtures/metrics/systemctl/*.txt, written by tests/integration/test_verify
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from vllm_fleet.verify.report import (
     GIB,
     UnitState,
     api_target,
+    awaited_start,
     classify_readiness,
     log_expectations,
     parse_systemctl_show,
@@ -172,3 +174,52 @@ def test_health_answering_while_the_unit_is_still_in_start_post_is_not_ready_yet
     assert classify_readiness(unit, unit, 200).state == "starting"
     done = UnitState(active_state="active", sub_state="running", invocation_id="a", n_restarts=0)
     assert classify_readiness(done, unit, 200).state == "ready"
+
+
+def test_a_restart_under_way_is_waited_through_whatever_the_old_process_does() -> None:
+    """vllm_service restarts with no_block: the wait's first poll can find the old process still answering,
+    or stopping with Result=exit-code (KillMode=mixed: systemd kills what vLLM's API server left after it
+    exited). While systemd's job for the unit runs (`Job=` in `systemctl show`, seen on the lab's systemd
+    252 during `systemctl restart --no-block`), neither is the start awaited."""
+    old_up = UnitState(active_state="active", sub_state="running", invocation_id="a", job="135")
+    assert classify_readiness(old_up, None, 200).state == "starting"
+    old_dying = UnitState(
+        active_state="deactivating",
+        sub_state="stop-sigterm",
+        result="exit-code",
+        exec_main_status=1,
+        invocation_id="a",
+        job="135",
+    )
+    assert classify_readiness(old_dying, old_up, None).state == "starting"
+    # without the job the same state is a crash (the recorded one above)
+    assert classify_readiness(replace(old_dying, job=""), None, None).state == "crashed"
+    new = UnitState(active_state="activating", sub_state="start-post", invocation_id="b", job="135")
+    assert classify_readiness(new, old_up, 200).state == "starting"
+    new_up = UnitState(active_state="active", sub_state="running", invocation_id="b")
+    assert classify_readiness(new_up, old_up, 200).state == "ready"
+    # the new start crashing is caught once the job is done
+    new_failed = UnitState(active_state="failed", sub_state="failed", result="exit-code", invocation_id="b")
+    assert classify_readiness(new_failed, old_up, None).state == "crashed"
+
+
+def test_the_start_awaited_is_the_new_one_after_a_restart_under_way() -> None:
+    """Its InvocationID picks the journal verify checks and the start its report vouches for."""
+    old = UnitState(active_state="deactivating", sub_state="stop-sigterm", invocation_id="a", job="7")
+    new = UnitState(active_state="activating", sub_state="start", invocation_id="b", job="7")
+    awaited = awaited_start(old, None, old)
+    assert awaited.invocation_id == "a"
+    awaited = awaited_start(old, awaited, new)
+    assert awaited.invocation_id == "b"
+    up = UnitState(active_state="active", sub_state="running", invocation_id="b", main_pid=42)
+    assert awaited_start(old, awaited, up).main_pid == 42
+    # a start that crashed and was restarted by systemd stays the one awaited (its lines tell why)
+    again = UnitState(active_state="activating", sub_state="start", invocation_id="c", n_restarts=1)
+    assert awaited_start(old, awaited_start(old, awaited, up), again).invocation_id == "b"
+    # no restart under way at the first poll: a new start is a crash of the awaited one, which stays
+    loading = UnitState(active_state="activating", sub_state="start", invocation_id="a")
+    assert awaited_start(loading, loading, new).invocation_id == "a"
+
+
+def test_recorded_systemctl_show_reads_the_job() -> None:
+    assert parse_systemctl_show(_show("running.txt"), "vllm-fleet-i0.service").job == ""

@@ -327,6 +327,11 @@ def unit_text(
         unit("TimeoutStartSec", options.start_timeout),
         # Past vLLM's own drain of the requests in flight (--shutdown-timeout) and its teardown.
         unit("TimeoutStopSec", stop_timeout(argv), variable="vllm_service_shutdown_timeout"),
+        # SIGTERM to vLLM's API server alone: it stops its engine core, which stops its workers. systemd's
+        # default (every process of the unit at once) killed a worker under the engine core, which then hung
+        # until the API server's --shutdown-timeout ran out: 600 s for an idle instance (lab, vLLM 0.32.0,
+        # benchmarks/README.md "An idle restart"). Whatever is left when the API server exits gets SIGKILL.
+        "KillMode=mixed",
         "Restart=on-failure",
         unit("RestartSec", options.restart_sec),
         # Pinned host buffers (the CPU KV tier) are locked memory.

@@ -42,6 +42,9 @@ class UnitState:
     invocation_id: str = ""
     main_pid: int = 0
     exec_main_status: int | None = None
+    # the id of a job systemd has queued or runs for the unit ("": none). A restart asked with no_block is
+    # one: from its stop half to the new start's end, whatever the old process does is not the start awaited.
+    job: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +55,7 @@ class UnitState:
             "invocation_id": self.invocation_id,
             "main_pid": self.main_pid,
             "exec_main_status": self.exec_main_status,
+            "job": self.job,
         }
 
 
@@ -64,6 +68,7 @@ SYSTEMCTL_PROPERTIES = (
     "MainPID",
     "ExecMainStatus",
     "LoadState",
+    "Job",
 )
 
 
@@ -109,6 +114,7 @@ def parse_systemctl_show(text: str, unit: str = "the unit") -> UnitState:
         invocation_id=props.get("InvocationID", ""),
         main_pid=_int_or(props.get("MainPID"), 0) or 0,
         exec_main_status=_int_or(props.get("ExecMainStatus"), None),
+        job=props.get("Job", ""),
     )
 
 
@@ -154,11 +160,21 @@ def classify_readiness(
     if (
         baseline is not None
         and baseline.invocation_id
+        and not baseline.job  # a restart was queued at the first poll: the new start is the one awaited
         and baseline.active_state != "deactivating"  # the stop half of a restart: the next start is awaited
         and unit.invocation_id not in ("", baseline.invocation_id)
     ):
         return Readiness(
             "crashed", "the unit was started again (new InvocationID) while it was being waited on"
+        )
+    if unit.job:
+        # a (re)start is queued or under way (vllm_service asks with no_block): neither the old process's
+        # answer before its stop nor its exit during it is the start awaited (with KillMode=mixed the stop's
+        # Result can read exit-code while systemd kills what the API server left). The new start's crash is
+        # caught once the job is done (failed, auto-restart) or by NRestarts.
+        return Readiness(
+            "starting",
+            f"systemd's job {unit.job} (re)starts the unit; it is {unit.active_state}/{unit.sub_state}",
         )
     if unit.active_state == "failed":
         return Readiness(
@@ -202,6 +218,19 @@ def classify_readiness(
     if health_status is None:
         return Readiness("starting", "the API port refuses connections (model still loading)")
     return Readiness("starting", f"/health answered {health_status}")
+
+
+def awaited_start(baseline: UnitState, awaited: UnitState | None, unit: UnitState) -> UnitState:
+    """The start the wait is about, as last seen: the first poll's (`baseline`) or, when the first poll found
+    a restart under way (a queued job, or the old process stopping), the first new start after it. Its
+    InvocationID picks the journal to check and the start the report vouches for; its PID, the lines."""
+    if awaited is None:
+        return unit
+    restarting = bool(baseline.job) or baseline.active_state == "deactivating"
+    moved_on = unit.invocation_id not in ("", baseline.invocation_id)
+    if restarting and awaited.invocation_id == baseline.invocation_id and moved_on:
+        return unit
+    return unit if unit.invocation_id == awaited.invocation_id else awaited
 
 
 GIB = 1 << 30
