@@ -10,6 +10,7 @@ from vllm_fleet.deploy import filestate
 from vllm_fleet.deploy.service import (
     ServiceOptions,
     decide,
+    drained_restarts,
     env_items,
     env_sha256,
     group_restarts,
@@ -121,6 +122,13 @@ def vllm_service_decide(
         ) from exc
 
 
+def vllm_service_restart_paths(
+    todo: dict[str, Any], files: list[dict[str, Any]], drained: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """`todo`'s (re)starts split into those that leave the gateway first (`drained`) and the rest (`now`)."""
+    return drained_restarts(todo.get("restart") or [], files, drained)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -132,4 +140,5 @@ class FilterModule:
             "vllm_service_env_drifted": vllm_service_env_drifted,
             "vllm_service_decide": vllm_service_decide,
             "vllm_service_group_restart": vllm_service_group_restart,
+            "vllm_service_restart_paths": vllm_service_restart_paths,
         }

@@ -94,8 +94,8 @@ def lab(installed_lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
         LAB_VARS,
         "-e",
         # the restart waits for its start to end (the unit's ExecStartPost polls the new process's /health):
-        # polled from here, /health answered 200 from the old process while it drained (KillMode=mixed: 8-15 s),
-        # and the tests then met the new one loading (connection refused)
+        # polled from here, /health answered 200 from the old process while it drained (8-15 s), and the
+        # tests then met the new one loading (connection refused)
         json.dumps({"vllm_service_speculative_config": NGRAM, "vllm_service_restart_wait": True}),
         timeout=1500,
     )

@@ -148,8 +148,8 @@ def test_the_drain_and_the_stop_wait_pass_systemd_analyze_verify(
     tmp_path: Path, version: str, flag: list[str], stop: int
 ) -> None:
     """--shutdown-timeout only where the release has it, TimeoutStopSec past it, SIGTERM to the API server
-    alone for an instance that started (ExecStop, deploy.service.STOP_IN_ORDER: test_deploy_lab's restarts show
-    why); both verify clean."""
+    alone for an instance that started (ExecStop, deploy.service.STOP_IN_ORDER: test_deploy_lab's restarts
+    show why); both verify clean."""
     root = scratch_root(tmp_path)
     for inst in instance_plans("h200x2-tp2", version):
         files = instance_files(

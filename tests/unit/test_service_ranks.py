@@ -55,10 +55,17 @@ def test_a_headless_rank_is_marked_to_start_before_rank_0(files: dict) -> None:
             "action": "restarted",
             "why": "new instance",
             "headless": True,
+            "serving": False,
         }
     ]
     assert restart_list([rank0], {}, {}) == [
-        {"name": "i0", "unit": rank0.unit_name, "action": "restarted", "why": "new instance"}
+        {
+            "name": "i0",
+            "unit": rank0.unit_name,
+            "action": "restarted",
+            "why": "new instance",
+            "serving": False,
+        }
     ]
     assert restart_list([rank1], {"i0": rank1.digest}, {"i0": "failed"})[0]["headless"] is True
 

@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 from pluginload import load_plugin
 
 from vllm_fleet.deploy import filestate
-from vllm_fleet.deploy.service import env_items, env_sha256, managed_items, markers_of
+from vllm_fleet.deploy.service import drained_restarts, env_items, env_sha256, managed_items, markers_of
 from vllm_fleet.plan.build import build_host_plan
 from vllm_fleet.probe.topology import build_topology_from_dir
 
@@ -234,4 +234,22 @@ def test_the_module_compares_and_globs_real_files(tmp_path: Path) -> None:
     assert MODULE.globbed_texts([str(tmp_path / "u-*.service"), str(tmp_path / "x*")]) == {
         str(tmp_path / "u-*.service"): {str(tmp_path / "u-1.service"): "one\n"},
         str(tmp_path / "x*"): {},
+    }
+
+
+def test_behind_a_gateway_only_serving_instances_leave_it_before_their_restart(host: Host) -> None:
+    """A changed instance that serves leaves the gateway first (restart_drained.yml); a new, stopped or
+    loading one serves nobody and starts at once, beside the other hosts' (a first site.yml, before the
+    gateway is up, started each instance through the drained path's blocking restart and inline verify)."""
+    host.converge()
+    host.units["vllm-fleet-i0.service"]["ActiveState"] = "failed"
+    unit = Path(host.public[1]["unit_path"])
+    unit.write_text(unit.read_text().replace("Description=", "Description=edited by hand "))
+    todo = host.decide()
+    paths = drained_restarts(todo["restart"], host.public, drained=True)
+    assert [r["name"] for r in paths["now"]] == ["i0"] and [r["name"] for r in paths["drained"]] == ["i1"]
+    # without a gateway (or with vllm_service_drain false) every (re)start goes at once
+    assert drained_restarts(todo["restart"], host.public, drained=False) == {
+        "drained": [],
+        "now": todo["restart"],
     }

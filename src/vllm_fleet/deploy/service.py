@@ -518,12 +518,14 @@ def restart_list(
     files: list[InstanceFiles], applied: Mapping[str, str], active: Mapping[str, str]
 ) -> list[dict[str, str]]:
     """Instances to (re)start, each with why: a changed unit/environment/argv (its digest differs from the one
-    recorded at its last start), or a unit that is not running. Untouched, running instances stay."""
+    recorded at its last start), or a unit that is not running. Untouched, running instances stay. `serving`:
+    the unit is active (up and answering), so a gateway may be sending it requests (`drained_restarts`)."""
     todo = []
     for f in files:
         state = active.get(f.name, "")
         # a headless rank of a multi-host instance starts before rank 0 (roles/vllm_service/tasks/apply.yml)
         rank = {"headless": True} if (f.plan.get("node") or {}).get("headless") else {}
+        rank["serving"] = state == "active"
         if applied.get(f.name, "").strip() != f.digest:
             why = "its unit, environment or serve command changed" if f.name in applied else "new instance"
             todo.append({"name": f.name, "unit": f.unit_name, "action": "restarted", "why": why, **rank})
@@ -538,6 +540,23 @@ def restart_list(
                 }
             )
     return todo
+
+
+def drained_restarts(
+    restart: list[Mapping[str, Any]], files: list[Mapping[str, Any]], drained: bool
+) -> dict[str, list[Mapping[str, Any]]]:
+    """Which of `restart_list`'s (re)starts leave the gateway first (`drained`: roles/vllm_service/tasks/
+    restart_drained.yml, one at a time) and which start at once (`now`). Behind a gateway an instance that
+    serves leaves it first; one that is down, loading or new serves nobody and starts at once, beside the
+    others (a first site.yml starts every host's instances together, before the gateway exists). Rank 0 of a
+    multi-host instance goes the drained way whenever it is behind one: it restarts its headless ranks there.
+    Headless ranks are in neither list (apply.yml restarts them, or their rank 0 does)."""
+    node_ranks = {f["name"] for f in files if (f.get("plan") or {}).get("node")}
+    ranked = [r for r in restart if not r.get("headless")]
+    if not drained:
+        return {"drained": [], "now": ranked}
+    leave = [r for r in ranked if r.get("serving", True) or r["name"] in node_ranks]
+    return {"drained": leave, "now": [r for r in ranked if r not in leave]}
 
 
 def group_restarts(
