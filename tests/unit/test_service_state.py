@@ -248,8 +248,9 @@ def test_behind_a_gateway_only_serving_instances_leave_it_before_their_restart(h
     todo = host.decide()
     paths = drained_restarts(todo["restart"], host.public, drained=True)
     assert [r["name"] for r in paths["now"]] == ["i0"] and [r["name"] for r in paths["drained"]] == ["i1"]
+    # apply.yml records the digest of what it started, drained.yml of what it restarted drained
+    assert (paths["recorded_now"], paths["recorded_drained"]) == (["i0"], ["i1"])
     # without a gateway (or with vllm_service_drain false) every (re)start goes at once
-    assert drained_restarts(todo["restart"], host.public, drained=False) == {
-        "drained": [],
-        "now": todo["restart"],
-    }
+    at_once = drained_restarts(todo["restart"], host.public, drained=False)
+    assert at_once["drained"] == [] and at_once["now"] == todo["restart"]
+    assert at_once["recorded_now"] == ["i0", "i1"] and at_once["recorded_drained"] == []

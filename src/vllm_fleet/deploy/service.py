@@ -544,19 +544,24 @@ def restart_list(
 
 def drained_restarts(
     restart: list[Mapping[str, Any]], files: list[Mapping[str, Any]], drained: bool
-) -> dict[str, list[Mapping[str, Any]]]:
+) -> dict[str, list[Any]]:
     """Which of `restart_list`'s (re)starts leave the gateway first (`drained`: roles/vllm_service/tasks/
-    restart_drained.yml, one at a time) and which start at once (`now`). Behind a gateway an instance that
-    serves leaves it first; one that is down, loading or new serves nobody and starts at once, beside the
-    others (a first site.yml starts every host's instances together, before the gateway exists). Rank 0 of a
-    multi-host instance goes the drained way whenever it is behind one: it restarts its headless ranks there.
-    Headless ranks are in neither list (apply.yml restarts them, or their rank 0 does)."""
+    drained.yml, one at a time) and which start at once (`now`). Behind a gateway an instance that serves
+    leaves it first; one that is down, loading or new serves nobody and starts at once, beside the others (a
+    first site.yml starts every host's instances together, before the gateway exists). Rank 0 of a multi-host
+    instance goes the drained way whenever it is behind one: it restarts its headless ranks there. Headless
+    ranks are in neither list (apply.yml restarts them, or their rank 0 does). `recorded_now`: the names whose
+    new digest apply.yml records (every (re)start but the drained ones); `recorded_drained`: drained.yml's."""
     node_ranks = {f["name"] for f in files if (f.get("plan") or {}).get("node")}
     ranked = [r for r in restart if not r.get("headless")]
-    if not drained:
-        return {"drained": [], "now": ranked}
-    leave = [r for r in ranked if r.get("serving", True) or r["name"] in node_ranks]
-    return {"drained": leave, "now": [r for r in ranked if r not in leave]}
+    leave = [r for r in ranked if r.get("serving", True) or r["name"] in node_ranks] if drained else []
+    leaving = [r["name"] for r in leave]
+    return {
+        "drained": leave,
+        "now": [r for r in ranked if r["name"] not in leaving],
+        "recorded_now": [r["name"] for r in restart if r["name"] not in leaving],
+        "recorded_drained": leaving,
+    }
 
 
 def group_restarts(
