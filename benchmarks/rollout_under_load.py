@@ -21,7 +21,8 @@ changes every instance's serve command (vllm_service_shutdown_timeout to a new v
 Requests are put in a phase by their start (vllm_fleet.gateway.underload). The drained run keeps the default
 drain (the gateway's `state drain`, the wait for no session and vLLM's running + waiting at 0, then restart,
 verify, `state ready`) and --shutdown-timeout; the negative control sets vllm_service_drain=false and
-vllm_service_shutdown_timeout=0 (vLLM's abort). Afterwards a rollout puts the defaults back.
+vllm_service_shutdown_timeout=0 (vLLM's abort). Afterwards deploy.yml puts the defaults back (both hosts,
+one at a time behind the gateway).
 """
 
 from __future__ import annotations
@@ -302,12 +303,10 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(drained)
         if args.only != "drained":
             runs.append(one_run(inv, args, drained=False, shutdown_timeout=0, folder=work / "control"))
-            # both hosts differ from the defaults now (the drained run's value, the control's 0): a rollout
-            # puts them back one at a time; deploy.yml restarts them together, and behind the gateway the
-            # second waits for the first to serve again, which cannot happen before its own task ends
-            # (roles/vllm_service/README.md, "Drained restarts behind a gateway")
-            back = playbook(inv, "playbooks/rollout.yml", "-e", json.dumps({"vllm_rollout_serial": [1]}))
-            must(back, "roll the defaults back out")
+            # both hosts differ from the defaults now (the drained run's value, the control's 0): deploy.yml
+            # restarts both behind the gateway, one host at a time (its second play); side by side, the
+            # second waited for the first to serve again until its drain timeout (CI)
+            must(playbook(inv, "playbooks/deploy.yml"), "deploy with the defaults again")
     finally:
         if not args.inventory and not args.keep:
             run([CLI, "lab", "down", "--name", args.name])
