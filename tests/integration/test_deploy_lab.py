@@ -294,9 +294,9 @@ def test_a_restart_stops_in_seconds_idle_or_loading_not_the_shutdown_timeout(inv
     Idle: with systemd's default (SIGTERM to every process of the unit) its worker died under the engine core,
     which hung until the API server's drain timeout ran out: 600 s of such a restart (the deploy test above
     took 778 s in CI). The unit's ExecStop sends SIGTERM to the API server alone: vLLM's ordered drain.
-    Loading: KillMode=mixed (SIGTERM to the API server alone, always) made a restart 20 s into a start hang
-    600 s (lab km: the API server exited 1 at the drain timeout). systemd skips ExecStop for a unit that has
-    not started, and its SIGTERM to every process ends the load at once."""
+    Loading: a SIGTERM early in a start made vLLM's API server wait the whole drain timeout (600 s: with
+    KillMode=mixed 20 s into a start in lab km, with SIGTERM to every process 15 s in, in CI). systemd skips
+    ExecStop for a unit that has not started, and KillSignal=SIGKILL ends the load at once."""
     assert unit_state(inv)["ActiveState"] == "active"
     before = on_host(inv, "date +%s")
     idle_s = timed_restart(inv)

@@ -162,6 +162,7 @@ def test_the_drain_and_the_stop_wait_pass_systemd_analyze_verify(
         )
         assert f"\nTimeoutStopSec={stop}\n" in files.unit_text
         assert "\nExecStop=" in files.unit_text and "KillMode=" not in files.unit_text
+        assert "\nKillSignal=SIGKILL\n" in files.unit_text
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:

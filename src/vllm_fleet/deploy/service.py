@@ -82,8 +82,10 @@ WAIT_READY = (
 # (SIGTERM to every process at once) killed a worker under the engine core, which then hung until the drain
 # timeout ran out: 600 s for an idle instance (lab, vLLM 0.32.0, benchmarks/README.md "An idle restart").
 # KillMode=mixed does the same for a started instance but also for one still loading, whose API server then
-# hung 600 s (lab km: SIGTERM 20 s into its start). systemd runs ExecStop only for a unit that started: a
-# stop while loading skips it and signals every process, which ends a load at once.
+# hung 600 s (lab km: SIGTERM 20 s into its start); so did SIGTERM to every process 15 s into a start, before
+# the engine core was up (CI). systemd runs ExecStop only for a unit that started: a stop while loading skips
+# it and sends KillSignal, SIGKILL, to every process (a load has no request to finish); after ExecStop only
+# leftovers get it.
 STOP_IN_ORDER = (
     "import os, signal, time\n"
     "pid = int(os.environ.get('MAINPID') or 0)\n"
@@ -345,6 +347,7 @@ def unit_text(
         ),
         # vLLM's own ordered stop for an instance that started (STOP_IN_ORDER says why)
         directive("exec", "ExecStop", options.python, "-c", STOP_IN_ORDER, variable="vllm_service"),
+        "KillSignal=SIGKILL",
         unit("TimeoutStartSec", options.start_timeout),
         # Past vLLM's own drain of the requests in flight (--shutdown-timeout) and its teardown.
         unit("TimeoutStopSec", stop_timeout(argv), variable="vllm_service_shutdown_timeout"),
