@@ -129,7 +129,8 @@ def up(name: str, work: Path) -> Path:
         "lab up",
     )  # fmt: skip
     inv = lab_inventory(work / "inventory", lab_file)
-    for book in ("install", "deploy", "gateway"):
+    # verify waits for the instances: deploy.yml starts new ones without waiting (they serve nobody yet)
+    for book in ("install", "deploy", "verify", "gateway"):
         must(playbook(inv, f"playbooks/{book}.yml"), f"playbooks/{book}.yml")
     return inv
 
