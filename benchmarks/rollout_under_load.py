@@ -22,7 +22,7 @@ Requests are put in a phase by their start (vllm_fleet.gateway.underload). The d
 drain (the gateway's `state drain`, the wait for no session and vLLM's running + waiting at 0, then restart,
 verify, `state ready`) and --shutdown-timeout; the negative control sets vllm_service_drain=false and
 vllm_service_shutdown_timeout=0 (vLLM's abort). Afterwards deploy.yml puts the defaults back (both hosts,
-one at a time behind the gateway).
+one at a time behind the gateway), unless --no-restore.
 """
 
 from __future__ import annotations
@@ -290,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds the load may take at most")
     parser.add_argument("--port", type=int, default=4000, help="the gateway's port (fleet_gateway_port)")
     parser.add_argument("--only", choices=["drained", "control"], help="run one of the two")
+    parser.add_argument(
+        "--no-restore",
+        action="store_true",
+        help="leave the control's values on the lab instead of deploying the defaults again (two restarts,"
+        " one host at a time): for a lab that is taken down next",
+    )
     parser.add_argument("--out", help="where each run's rollout log and result go (default: a /tmp folder)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -304,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(drained)
         if args.only != "drained":
             runs.append(one_run(inv, args, drained=False, shutdown_timeout=0, folder=work / "control"))
+        if args.only != "drained" and not args.no_restore:
             # both hosts differ from the defaults now (the drained run's value, the control's 0): deploy.yml
             # restarts both behind the gateway, one host at a time (its second play); side by side, the
             # second waited for the first to serve again until its drain timeout (CI)
