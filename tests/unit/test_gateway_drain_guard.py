@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import http.server
+import importlib.util
 import json
 import shutil
 import socket
@@ -179,3 +180,38 @@ def test_no_gateway_yet_is_said_so(tmp_path: Path) -> None:
     answer = _drain(tmp_path / "absent.sock", "set_short", "s1")
     assert answer["no_socket"] and not answer["drained"]
     assert json.loads(json.dumps(answer))  # a plain JSON object for the action's result
+
+
+def _filter(name: str):
+    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "fleet_gateway.py"
+    spec = importlib.util.spec_from_file_location("fleet_gateway_filters_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()[name]
+
+
+def test_the_roles_wait_names_the_servers_that_are_not_up(gateway: Path) -> None:
+    """fleet_gateway's last tasks, as the role runs them: the read command on the gateway host, its result
+    judged by fleet_gateway_servers_not_up; a server whose check fails is named with its status."""
+    argv, not_up = (
+        _filter("fleet_gateway_stat_argv")(str(gateway), python=sys.executable),
+        _filter("fleet_gateway_servers_not_up"),
+    )
+
+    def read() -> list[str]:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        return not_up({"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr})
+
+    _ready_all(gateway)
+    assert read() == []
+    assert _ask(gateway, "set server set_short/s2 state maint").strip() == ""
+    assert _ask(gateway, "set server set_long/l1 state drain").strip() == ""
+    _until(gateway, {"set_short/s2": "MAINT", "set_long/l1": "DRAIN"})
+    assert read() == ["set_short/s2 MAINT", "set_long/l1 DRAIN"]
+    _ready_all(gateway)
+    absent = _filter("fleet_gateway_stat_argv")(str(gateway.parent / "absent.sock"), python=sys.executable)
+    done = subprocess.run(absent, capture_output=True, text=True, timeout=30, check=False)
+    assert not_up({"rc": done.returncode, "stdout": done.stdout}) == ["the runtime socket: not there yet"]
+    failed = not_up({"rc": 1, "stdout": "", "stderr": "Traceback ...\nConnectionRefusedError: [Errno 111]"})
+    assert failed == ["the runtime API did not answer (ConnectionRefusedError: [Errno 111])"]

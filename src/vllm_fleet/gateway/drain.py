@@ -5,6 +5,7 @@
     parse_drain(stdout) -> Drain                                   what the drain script did
     read_argv(python, socket, commands, metrics_url) -> argv       one read on the gateway host
     server_row(show_stat, target) -> StatRow | None                that server's row of `show stat`
+    servers_not_up(read_stdout) -> list[str]                       the gateway's servers not (yet) UP
     drain_verdict(row, read, waited_s, timeout_s) -> Verdict       waiting, drained or timeout
 
 The drain is done when the gateway shows no session to the server (scur 0) AND vLLM's own gauges
@@ -213,6 +214,21 @@ def server_row(show_stat: str, target: Target) -> StatRow | None:
         if row.backend == target.backend and row.server == target.server:
             return row
     return None
+
+
+def servers_not_up(read_stdout: str) -> list[str]:
+    """ "backend/server STATUS" of every server of the gateway that is not UP, from the read script's output
+    (`show stat`): HAProxy starts each server DOWN until its check (a 1-token generation) passes, so a
+    gateway started beside instances that still load has none to send requests to. A gateway without its
+    runtime socket yet counts as one server not up."""
+    read = parse_read(read_stdout)
+    if read.no_socket or not read.replies:
+        return ["the runtime socket: not there yet"]
+    return [
+        f"{r.backend}/{r.server} {r.status}"
+        for r in stat_rows(read.replies[0])
+        if not r.status.startswith("UP")
+    ]
 
 
 @dataclass(frozen=True)
