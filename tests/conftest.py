@@ -36,12 +36,17 @@ SHARED_LAB_GROUP = "shared-lab"
 # "The suite's schedule"), longest first. test_render_real_parser (8 min, pip-bound, no lab) goes before
 # test_rollout_lab (10-12 min) so that the venv the shared lab saves is in the cache before the rollout lab
 # starts its hosts with it. The shared lab's group must not be the long pole: test_hardening_lab (5-6 min)
-# has a lab host of its own (own_installed_lab) and runs on whichever worker is free.
+# and test_plan_lab's converge test (about 10 min) have lab hosts of their own (own_installed_lab) and run
+# on whichever worker is free.
 LONGEST_FIRST = (
     "tests/integration/test_render_real_parser.py",
     "tests/integration/test_rollout_lab.py",
     # its own 2-host lab starts with the saved venv too (benchmarks/README.md)
     "tests/integration/test_gateway_lab.py",
+    # a fresh lab host for the refusals, then an installed one of its own for the converge test: ~12 min
+    "tests/integration/test_plan_lab.py",
+    # a fresh lab host for the refusals, then its own installed one for the converge test: about 12 min
+    "tests/integration/test_plan_lab.py",
     # two lab hosts with the saved venv, one PP 2 instance over them through the playbooks; about 3 min
     "tests/integration/test_multinode_playbooks_lab.py",
     "tests/integration/test_molecule.py",

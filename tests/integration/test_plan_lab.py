@@ -8,10 +8,12 @@ and the shared installed lab.
   host) are checked by the plan before the first play that changes anything;
 - a max_model_len beyond what the model's own config.json supports is refused from that config.json, read
   from the host (read-only) before anything is installed;
-- site.yml converges the shared installed lab (tests/integration/conftest.py); the plan deploy writes
-  (/etc/vllm-fleet/i0.json) is the plan preflight wrote (reports/plan/<host>.json) and the plan
-  `vllm-fleet plan --inventory` prints for the same inventory; a second site.yml changes nothing, restarts
-  nothing and sends no test requests (the light re-check).
+- site.yml converges a lab host with vLLM installed (its own: tests/integration/conftest.py's
+  own_installed_lab); the plan deploy writes (/etc/vllm-fleet/i0.json) is the plan preflight wrote
+  (reports/plan/<host>.json) and the plan `vllm-fleet plan --inventory` prints for the same inventory; a
+  second site.yml changes nothing, restarts nothing and sends no test requests (the light re-check); a
+  sysctl file and the unit edited by hand are written back in one run, the instance restarted on the
+  planned unit and fully checked again; `--tags tune` plans first and tunes alone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # VLLM_FLEET_PLAN_LAB: another name, for a session that may use only labs of its own
 LAB = os.environ.get("VLLM_FLEET_PLAN_LAB", "plan-it")
+CONVERGE_LAB = f"{LAB}-cv"
 LAB_ROOT = Path(os.environ.get("VLLM_FLEET_LAB_ROOT", "/var/lib/vllm-fleet-lab"))
 NOTHING_INSTALLED = (
     "! id vllm >/dev/null 2>&1 && test ! -e /opt/vllm-fleet && test ! -e /etc/vllm-fleet && echo untouched"
@@ -148,11 +151,20 @@ def _only_host(inventory: Path) -> str:
     return host
 
 
+@pytest.fixture(scope="module")
+def converge_lab(own_installed_lab, tmp_path_factory: pytest.TempPathFactory):
+    """A lab host of its own with vLLM installed (tests/integration/conftest.py: own_installed_lab): the
+    site.yml runs below take about ten minutes, which the shared lab's serial run (the suite's long pole,
+    tests/conftest.py) need not carry."""
+    with own_installed_lab(CONVERGE_LAB, tmp_path_factory.mktemp("plan-converge")) as installed:
+        yield installed
+
+
 def test_converged_host_runs_the_plan_as_written_and_a_rerun_changes_nothing(
-    installed_lab, tmp_path: Path
+    converge_lab, tmp_path: Path
 ) -> None:
-    """On the shared installed lab (vLLM is there: site.yml tunes, deploys and verifies)."""
-    inventory = installed_lab.inventory
+    """On a lab host with vLLM installed: site.yml tunes, deploys and verifies."""
+    inventory = converge_lab.inventory
     name = _only_host(inventory)
     reports = tmp_path / "reports"
     first = site(inventory, reports)
