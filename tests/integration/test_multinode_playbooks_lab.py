@@ -11,11 +11,13 @@ rank 1 (mnode-2) `--headless`; the units are the role's (`vllm-fleet-i0.service`
    1 restarts, rank 0 starts, each rank starts exactly once (systemd's own journal lines, both hosts), verify
    runs once, rank 0 generates;
 4. deploy.yml with the same variables reports changed=0 and restarts nothing (both InvocationIDs kept);
-5. rank 1's vLLM SIGKILLed: verify.yml fails, naming rank 1;
-6. vLLM's own behaviour without rank 1 (formerly test_multinode_lab.py, with hand-written units): rank 0,
+5. a rollout whose start fails (a 1000 GiB KV cache on both ranks) rolls both ranks back, rank 1 although its
+   own verify passed, and the instance serves again;
+6. rank 1's vLLM SIGKILLed: verify.yml fails, naming rank 1;
+7. vLLM's own behaviour without rank 1 (formerly test_multinode_lab.py, with hand-written units): rank 0,
    idle, noticed nothing, the next request fails, and rank 0's API server then exits 0 (so
    `Restart=on-failure` never brings it back);
-7. deploy.yml then restarts both ranks (rank 0 is down; every rank restarts with it) and the instance serves
+8. deploy.yml then restarts both ranks (rank 0 is down; every rank restarts with it) and the instance serves
    again.
 
 The rollout's known failure (2026-12-03, a manual `vllm-fleet rollout --canary mnode-1,mnode-2 --serial 100%`
@@ -217,7 +219,13 @@ def group(tmp_path_factory, saved_venv_when_ready):
             "VLLM_CPU_OMP_THREADS_BIND": str(rank),
             "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(EXECUTE_TIMEOUT_S),
         }
-        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump({"vllm_service_extra_env": env}))
+        # the rank's own environment, plus what a test changes on both ranks at once (`-e mnode_env_change`:
+        # an extra variable would replace each rank's whole environment)
+        rank_env = {
+            "mnode_extra_env": env,
+            "vllm_service_extra_env": "{{ mnode_extra_env | combine(mnode_env_change | default({})) }}",
+        }
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(rank_env))
     run([CLI, "lab", "down", "--name", NAME], timeout=300)
     up = run(
         [
@@ -307,6 +315,35 @@ def test_a_second_deploy_changes_nothing_and_restarts_no_rank(group: Group) -> N
     lines = recap(deploy.stdout)
     assert all("changed=0" in lines[host] and "failed=0" in lines[host] for host in HOSTS), lines
     assert [invocation(group.plan, rank) for rank in (0, 1)] == before
+
+
+def test_a_rollout_whose_start_fails_rolls_both_ranks_back_and_the_instance_serves(group: Group) -> None:
+    """A KV cache of 1000 GiB on both ranks: rank 0 crashes at its start and fails its verify, while rank 1's
+    own verify passes (its worker joined); rank 1 is rolled back with rank 0 all the same
+    (vllm_rollout_failed_peers), and the restored pair verifies and serves."""
+    plan = group.plan
+    failing = {
+        **ROLLOUT,
+        "mnode_env_change": {"VLLM_CPU_KVCACHE_SPACE": "1000"},
+        "vllm_verify_ready_timeout": 180,
+    }
+    started = time.monotonic()
+    rollout = playbook(group, "playbooks/rollout.yml", "-e", json.dumps(failing), timeout=2400)
+    print(f"the failed rollout and its rollback: {time.monotonic() - started:.0f} s")
+    assert rollout.returncode != 0
+    assert f"rollout stops: canary failed: {HOSTS[0]}, {HOSTS[1]}" in rollout.stdout, rollout.stdout[-6000:]
+    assert f"rolled back with the other ranks of its instance: {HOSTS[0]} failed" in rollout.stdout
+    lines = recap(rollout.stdout)
+    # the rollback (restore, restart, verify again) passed on both ranks
+    assert all("failed=0" in lines[host] for host in HOSTS), lines
+    assert "rescued=1" in lines[HOSTS[0]], lines
+    for rank in (0, 1):
+        # grep: the file holds the API key, which a failed assertion would print
+        assert (
+            sh(plan, rank, "grep -c '^VLLM_CPU_KVCACHE_SPACE=\"1\"$' /etc/vllm-fleet/i0.env || true") == "1"
+        )
+        assert state(plan, rank) == "active"
+    assert generate(group)["usage"]["completion_tokens"] == 8
 
 
 def test_verify_fails_naming_rank_1_once_its_vllm_is_killed(group: Group) -> None:
