@@ -43,6 +43,15 @@ def vllm_rollout_group_errors(
     return _call(rollout.group_batch_errors, batches, _call(rollout.instance_groups, plans), targets)
 
 
+def vllm_rollout_failed_peers(host: str, hostvars: Any, batch: list[str]) -> list[str]:
+    """The hosts of `host`'s multi-host instance in `batch` (`ansible_play_batch`) whose turn failed: each
+    one's vllm_fleet_plan (preflight's) and __vllm_rollout_failure, read from `hostvars`."""
+    hosts = [h for h in batch if h in hostvars]
+    plans = {h: hostvars[h].get("vllm_fleet_plan") or {} for h in hosts}
+    failures = {h: hostvars[h].get("__vllm_rollout_failure") for h in hosts}
+    return _call(rollout.failed_peers, host, _call(rollout.instance_groups, plans), failures, hosts)
+
+
 def vllm_rollout_fingerprint(find_results: list[dict[str, Any]]) -> str | None:
     """Fingerprint of the files `ansible.builtin.find` (get_checksum) listed, by base name."""
     checksums = {str(f["path"]).rsplit("/", 1)[-1]: str(f.get("checksum", "")) for f in find_results}
@@ -89,6 +98,7 @@ class FilterModule:
             "vllm_rollout_serial": vllm_rollout_serial,
             "vllm_rollout_split_canary": vllm_rollout_split_canary,
             "vllm_rollout_group_errors": vllm_rollout_group_errors,
+            "vllm_rollout_failed_peers": vllm_rollout_failed_peers,
             "vllm_rollout_fingerprint": vllm_rollout_fingerprint,
             "vllm_rollout_prune": vllm_rollout_prune,
             "vllm_rollout_instances": vllm_rollout_instances,

@@ -16,6 +16,7 @@ from vllm_fleet.deploy.service import (
     group_restarts,
     instance_files,
     managed_items,
+    restarting_peers,
     shm_shortfall,
 )
 from vllm_fleet.errors import FleetInputError
@@ -48,17 +49,14 @@ def vllm_service_files(
 
 
 def vllm_service_group_restart(
-    todo: dict[str, Any], files: list[dict[str, Any]], hostvars: Any
+    todo: dict[str, Any], files: list[dict[str, Any]], hostvars: Any, batch: list[str] | None = None
 ) -> dict[str, Any]:
     """`todo` (vllm_service_decide's) with every rank of a multi-host instance restarting when another of
-    its ranks does (each peer's own decision, read from `hostvars`; a peer outside the play is left out)."""
-    restarting: dict[str, list[str]] = {}
-    for f in files:
-        node = f["plan"].get("node") or {}
-        for peer in node.get("nodes") or []:
-            peer_todo = hostvars[peer].get("__vllm_service_todo") if peer in hostvars else None
-            if peer != f["plan"].get("host") and peer_todo and peer_todo.get("restart"):
-                restarting.setdefault(f["name"], []).append(peer)
+    its ranks does (each peer's own decision, read from `hostvars`); only the peers in `batch`
+    (`ansible_play_batch`) count: a peer outside it, or its decision from an earlier play, is left out."""
+    peers = {peer for f in files for peer in ((f["plan"].get("node") or {}).get("nodes") or [])}
+    todos = {peer: hostvars[peer].get("__vllm_service_todo") for peer in peers if peer in hostvars}
+    restarting = restarting_peers(files, todos, batch or [])
     return {**todo, "restart": group_restarts(list(todo["restart"]), files, restarting)}
 
 

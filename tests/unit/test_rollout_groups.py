@@ -61,3 +61,27 @@ def test_the_rollout_playbook_refuses_the_split_before_any_change(tmp_path: Path
         "rollout refused, no host was changed: vllm_rollout_serial / vllm_rollout_canary: the instance" in out
     )
     assert "Rollout | canary" not in out
+
+
+def test_a_failed_rank_rolls_its_peers_back_in_the_same_batch(plans: dict) -> None:
+    """Rank 0's verify failed and rank 1's passed: rank 1 rolls back with it; a peer's failure left from
+    another batch, a single-host instance and a passed peer roll back nothing."""
+    from vllm_fleet.rollout.decisions import failed_peers
+
+    groups = instance_groups(plans)
+    failures = {"pp-4090-a": "verify: crashed", "pp-4090-b": None}
+    assert failed_peers("pp-4090-b", groups, failures, PAIR) == ["pp-4090-a"]
+    assert failed_peers("pp-4090-a", groups, failures, PAIR) == []  # its own failure is not a peer's
+    assert failed_peers("pp-4090-b", groups, failures, ["pp-4090-b"]) == []
+    assert failed_peers("gpu-1", groups, {"gpu-2": "verify: crashed"}, ["gpu-1", "gpu-2"]) == []
+
+
+def test_the_failed_peers_filter_reads_plans_and_failures_from_hostvars(plans: dict) -> None:
+    from ansible_collections.vllm_fleet.serving.plugins.filter.vllm_rollout import vllm_rollout_failed_peers
+
+    hostvars = {
+        "pp-4090-a": {"vllm_fleet_plan": plans["pp-4090-a"], "__vllm_rollout_failure": "verify: crashed"},
+        "pp-4090-b": {"vllm_fleet_plan": plans["pp-4090-b"], "__vllm_rollout_failure": None},
+    }
+    assert vllm_rollout_failed_peers("pp-4090-b", hostvars, list(PAIR)) == ["pp-4090-a"]
+    assert vllm_rollout_failed_peers("pp-4090-b", hostvars, ["pp-4090-b"]) == []

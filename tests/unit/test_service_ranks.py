@@ -165,3 +165,28 @@ def test_the_watch_waits_for_rank_0_then_ends_when_its_master_port_refuses(tmp_p
     assert watch.returncode == 1
     assert f"rank 0 master 127.0.0.1:{port} answers; watching it" in out
     assert f"rank 0 master 127.0.0.1:{port} refused 2 probes in a row: rank 0 is gone" in err
+
+
+def test_only_the_peers_of_the_batch_restart_a_rank(files: dict) -> None:
+    """A peer's decision counts only when it is in this play's batch: a fact left from an earlier play (a
+    first deploy, a rollback's second include of the role) or another batch restarts nothing."""
+    from vllm_fleet.deploy.service import restarting_peers
+
+    rank1 = files["pp-4090-b"].to_dict()
+    todos = {"pp-4090-a": {"restart": [{"name": "i0"}]}, "pp-4090-b": {"restart": []}}
+    assert restarting_peers([rank1], todos, ["pp-4090-a", "pp-4090-b"]) == {"i0": ["pp-4090-a"]}
+    assert restarting_peers([rank1], todos, ["pp-4090-b"]) == {}  # rank 0 decided in another play or batch
+    assert restarting_peers([rank1], {"pp-4090-a": {"restart": []}}, ["pp-4090-a", "pp-4090-b"]) == {}
+    assert restarting_peers([rank1], {"pp-4090-a": None}, ["pp-4090-a"]) == {}  # no decision of its own yet
+
+
+def test_the_group_restart_filter_reads_only_the_batchs_peers(files: dict) -> None:
+    from ansible_collections.vllm_fleet.serving.plugins.filter.vllm_service import vllm_service_group_restart
+
+    rank1 = files["pp-4090-b"].to_dict()
+    public = {k: v for k, v in rank1.items() if k != "env_text"}
+    hostvars = {"pp-4090-a": {"__vllm_service_todo": {"restart": [{"name": "i0"}]}}, "pp-4090-b": {}}
+    todo = {"writes": [], "restart": [], "stale": [], "enable": [], "reload": False}
+    (item,) = vllm_service_group_restart(todo, [public], hostvars, ["pp-4090-a", "pp-4090-b"])["restart"]
+    assert item["headless"] is True
+    assert vllm_service_group_restart(todo, [public], hostvars, ["pp-4090-b"])["restart"] == []

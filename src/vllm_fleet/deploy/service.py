@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -565,6 +565,24 @@ def drained_restarts(
         "recorded_now": [r["name"] for r in restart if r["name"] not in leaving],
         "recorded_drained": leaving,
     }
+
+
+def restarting_peers(
+    files: list[Mapping[str, Any]], peer_todos: Mapping[str, Any], batch: Iterable[str]
+) -> dict[str, list[str]]:
+    """Instance name -> the other ranks' hosts that restart it, for group_restarts. `peer_todos`: each host's
+    own decision (`__vllm_service_todo`, None where it has none); only the hosts of `batch` (Ansible's
+    `ansible_play_batch`: the hosts that decided in this play and batch) count. A fact stays in `hostvars`
+    for the rest of the run: a peer outside the batch, or one whose decision came from an earlier play (a
+    first deploy, a rollback), would restart a rank that nothing else restarts."""
+    in_batch = set(batch)
+    restarting: dict[str, list[str]] = {}
+    for f in files:
+        for peer in (f["plan"].get("node") or {}).get("nodes") or []:
+            todo = peer_todos.get(peer) if peer in in_batch else None
+            if peer != f["plan"].get("host") and todo and todo.get("restart"):
+                restarting.setdefault(f["name"], []).append(peer)
+    return restarting
 
 
 def group_restarts(

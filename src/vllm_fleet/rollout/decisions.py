@@ -117,6 +117,18 @@ def instance_groups(plans: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[s
     return groups
 
 
+def failed_peers(
+    host: str, groups: Mapping[str, Sequence[str]], failures: Mapping[str, Any], batch: Iterable[str]
+) -> list[str]:
+    """The other hosts of `host`'s multi-host instance (`instance_groups`) whose turn failed in this batch
+    (`failures`: host -> its failure, None when it passed). Its ranks run one world: when one rank is rolled
+    back, its peers are too, else the restored rank waits for ranks that still run the new configuration
+    (seen on two lab hosts: rank 1's own verify passed, rank 0's rolled back alone and never became ready).
+    Only the hosts of `batch` count: a failure fact left from an earlier batch is not this one's."""
+    in_batch = set(batch)
+    return [p for p in groups.get(host) or () if p != host and p in in_batch and failures.get(p)]
+
+
 def group_batch_errors(
     batches: Sequence[Sequence[str]], groups: Mapping[str, Sequence[str]], targets: Sequence[str]
 ) -> list[str]:
