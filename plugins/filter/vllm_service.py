@@ -49,14 +49,14 @@ def vllm_service_files(
 
 
 def vllm_service_group_restart(
-    todo: dict[str, Any], files: list[dict[str, Any]], hostvars: Any, batch: list[str] | None = None
+    todo: dict[str, Any], files: list[dict[str, Any]], hostvars: Any, batch: list[str]
 ) -> dict[str, Any]:
     """`todo` (vllm_service_decide's) with every rank of a multi-host instance restarting when another of
     its ranks does (each peer's own decision, read from `hostvars`); only the peers in `batch`
     (`ansible_play_batch`) count: a peer outside it, or its decision from an earlier play, is left out."""
     peers = {peer for f in files for peer in ((f["plan"].get("node") or {}).get("nodes") or [])}
     todos = {peer: hostvars[peer].get("__vllm_service_todo") for peer in peers if peer in hostvars}
-    restarting = restarting_peers(files, todos, batch or [])
+    restarting = restarting_peers(files, todos, batch)
     return {**todo, "restart": group_restarts(list(todo["restart"]), files, restarting)}
 
 
