@@ -194,10 +194,8 @@ def _filter(name: str):
 def test_the_roles_wait_names_the_servers_that_are_not_up(gateway: Path) -> None:
     """fleet_gateway's last tasks, as the role runs them: the read command on the gateway host, its result
     judged by fleet_gateway_servers_not_up; a server whose check fails is named with its status."""
-    argv, not_up = (
-        _filter("fleet_gateway_stat_argv")(str(gateway), python=sys.executable),
-        _filter("fleet_gateway_servers_not_up"),
-    )
+    argv = _filter("fleet_gateway_stat_argv")(str(gateway), python=sys.executable)
+    not_up = _filter("fleet_gateway_servers_not_up")
 
     def read() -> list[str]:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
