@@ -16,9 +16,14 @@ DOCUMENTATION = r"""
 module: vllm_fleet_master_listen
 short_description: Listen on a multi-host instance's master port for a while, and name who connected
 description:
-  - Binds O(port) on every address of rank 0 and accepts connections until O(expect) peers have connected or
-    O(timeout) seconds have passed; each connection is closed at once. Meant to run with C(async) and
-    C(poll) 0 while the other ranks connect with M(ansible.builtin.wait_for).
+  - Binds O(port) on every address of rank 0 and accepts connections until O(expect) different addresses
+    have connected or O(timeout) seconds have passed; each connection is closed at once. Meant to run with
+    C(async) and C(poll) 0 while the other ranks connect with M(ansible.builtin.wait_for).
+  - Addresses, not connections, are counted: a rank's own vLLM or its watch of rank 0 may connect too (a
+    rank restarted while rank 0 is down probes the master port every few seconds), and the listener must
+    not end before the other ranks have had their turn. Such a connection proves the way from its host as
+    well as the rank's own test would: RV(peers) names every address that connected, and preflight accepts
+    a rank whose address is among them.
   - When the port is already in use (the instance's own master, a converged host), it listens to nothing and
     reports RV(in_use); the other ranks then test their connection against the running master.
   - Changes nothing on the host.
@@ -29,7 +34,7 @@ options:
     type: int
     required: true
   expect:
-    description: How many connections end the wait (the other ranks).
+    description: How many different addresses end the wait (the other ranks).
     type: int
     required: true
   timeout:
@@ -60,7 +65,7 @@ in_use:
   type: bool
   returned: always
 peers:
-  description: The addresses that connected, in order.
+  description: The different addresses that connected, in the order of their first connection.
   type: list
   elements: str
   returned: always
@@ -68,7 +73,7 @@ peers:
 
 
 def listen(port: int, expect: int, timeout: int) -> tuple[bool, list[str]]:
-    """(in use, the addresses that connected)."""
+    """(in use, the different addresses that connected, first connection first)."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -88,7 +93,8 @@ def listen(port: int, expect: int, timeout: int) -> tuple[bool, list[str]]:
             except TimeoutError:
                 break
             connection.close()
-            peers.append(str(address[0]))
+            if str(address[0]) not in peers:
+                peers.append(str(address[0]))
         return False, peers
     finally:
         server.close()

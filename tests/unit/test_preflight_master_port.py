@@ -13,6 +13,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,3 +106,34 @@ def test_an_address_rank_0_does_not_have_is_refused_before_the_connection(tmp_pa
     assert proc.returncode != 0, out[-3000:]
     assert "vllm_service_node_address: 192.0.2.21 is no address of pp-4090-a" in out
     assert "Listen on the master port" not in out.split("fatal: ", 1)[0]
+
+
+def test_a_rank_whose_own_probe_came_first_passes(tmp_path: Path) -> None:
+    """Rank 1's host probes the master port itself, as a rank restarted while rank 0 is down does (its watch
+    of rank 0 every 5 s, its workers' store client): that connection, from rank 1's address 127.0.0.2, may
+    reach rank 0's listener before rank 1's own check does and end it. Rank 1 then passes on the listener's
+    word (CI, stop 36: the check failed, as it did here before the fix, the watch's probe having ended the
+    wait)."""
+    port = free_port()
+    stop = threading.Event()
+    seen: list[bool] = []
+
+    def probe() -> None:  # the watch's probe: connect, close, again
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), 1, ("127.0.0.2", 0)):
+                    seen.append(True)
+            except OSError:
+                pass
+            time.sleep(0.05)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    try:
+        proc = preflight(tmp_path, "127.0.0.1", port)
+    finally:
+        stop.set()
+        prober.join(timeout=5)
+    out = proc.stdout + proc.stderr
+    assert seen, "the probe never reached the listener: this test did not race"
+    assert proc.returncode == 0, out[-3000:]
