@@ -15,14 +15,24 @@ set, `--ignore-eos` with a fixed output length (so a stream cut short shows as f
 (per-request start, TTFT, output length, error). The API key reaches it as OPENAI_API_KEY
 from the instance's 0600 EnvironmentFile, never on a command line.
 
-Each run: the load starts, `--steady` seconds of it pass, then playbooks/rollout.yml (serial 1: host by host)
-changes every instance's serve command (vllm_service_shutdown_timeout to a new value), then the load finishes
-(the negative control rolls the loaded host alone: the other one carries none of this load).
-Requests are put in a phase by their start (vllm_fleet.gateway.underload). The drained run keeps the default
-drain (the gateway's `state drain`, the wait for no session and vLLM's running + waiting at 0, then restart,
-verify, `state ready`) and --shutdown-timeout; the negative control sets vllm_service_drain=false and
-vllm_service_shutdown_timeout=0 (vLLM's abort). Afterwards deploy.yml puts the defaults back (both hosts,
-one at a time behind the gateway), unless --no-restore.
+The lab's instances start with vllm_service_shutdown_timeout 0: vLLM aborts what is in flight on SIGTERM, so
+nothing but the gateway's drain keeps a request whole. Each run: the load starts, `--steady` seconds of it
+pass, then playbooks/rollout.yml (serial 1: host by host) changes the serve command, then the load finishes.
+Requests are put in a phase by their start (vllm_fleet.gateway.underload).
+
+The negative control runs first and rolls the loaded host alone (the other carries none of this load) with
+vllm_service_drain=false, changing `--max-num-seqs` only: the process it stops aborts (the lab's 0), and the
+unit's stop timeout stays the abort's (deploy.service.STOP_TIMEOUT, 120 s). vLLM 0.32's abort kills the
+engine but leaves the open streams waiting ("Waiting for connections to close") until systemd kills the
+process: the streams in flight are cut. Before, the control ran after the drained run and stopped a process
+started with that run's --shutdown-timeout, which finished its requests itself (CI, stop 36: none lost); a
+control that changes --shutdown-timeout itself stops the old process under the new unit's TimeoutStopSec
+(docs/interfaces.md, "Not done": seen hanging 10 min, until HAProxy's `timeout server`).
+
+The drained run keeps the default drain (the gateway's `state drain`, the wait for no session and vLLM's
+running + waiting at 0, then restart, verify, `state ready`) and changes every instance's
+vllm_service_shutdown_timeout to a value no earlier run left. Afterwards deploy.yml puts the lab's values
+back (both hosts, one at a time behind the gateway), unless --no-restore.
 """
 
 from __future__ import annotations
@@ -97,16 +107,17 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
     (folder / "host_vars").mkdir(parents=True, exist_ok=True)
     (folder / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
     shutil.copy(LAB_VARS, folder / "group_vars" / "lab" / "vllm.yml")
-    (folder / "host_vars" / f"{hosts[0]}.yml").write_text(
-        yaml.safe_dump(
-            {"vllm_service_instance_set": "long", "vllm_service_max_model_len": LONG_MAX_MODEL_LEN}
-        ),
-    )
-    (folder / "host_vars" / f"{hosts[1]}.yml").write_text(
-        yaml.safe_dump(
-            {"vllm_service_instance_set": "short", "vllm_service_max_model_len": SHORT_MAX_MODEL_LEN}
-        )
-    )
+    for host, instance_set, max_model_len in (
+        (hosts[0], "long", LONG_MAX_MODEL_LEN),
+        (hosts[1], "short", SHORT_MAX_MODEL_LEN),
+    ):
+        host_vars = {
+            "vllm_service_instance_set": instance_set,
+            "vllm_service_max_model_len": max_model_len,
+            # vLLM's abort on SIGTERM: only the gateway's drain keeps requests whole (the control's premise)
+            "vllm_service_shutdown_timeout": 0,
+        }
+        (folder / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(host_vars))
     (folder / "group_vars" / "gateway" / "gateway.yml").write_text(
         yaml.safe_dump(
             {
@@ -183,9 +194,17 @@ def bench_command(address: str, args: argparse.Namespace) -> str:
     )
 
 
-def one_run(
-    inv: Path, args: argparse.Namespace, drained: bool, shutdown_timeout: int, folder: Path
-) -> dict[str, Any]:
+def the_change(drained: bool) -> dict[str, int]:
+    """What the run changes: the drained run every instance's --shutdown-timeout, the control the loaded
+    host's --max-num-seqs (so that its stop keeps the abort's stop timeout); a value the lab's own values do
+    not have, varied by the clock so that a kept lab rolled again with --no-restore changes too."""
+    fresh = int(time.time())
+    if drained:
+        return {"vllm_service_shutdown_timeout": 600 + fresh % 1800}
+    return {"vllm_service_max_num_seqs": 16 + fresh % 48}
+
+
+def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) -> dict[str, Any]:
     """One rollout under load; its playbook log and the benchmark's result land in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     hosts, gateway, address = hosts_of(inv)
@@ -205,11 +224,8 @@ def one_run(
             time.sleep(1)
         time.sleep(args.steady)
         # the short set's host first: it carries the load, so the rollout starts where requests are in flight
-        extra = {
-            "vllm_rollout_serial": [1],
-            "vllm_rollout_canary": [hosts[1]],
-            "vllm_service_shutdown_timeout": shutdown_timeout,
-        }
+        change = the_change(drained)
+        extra = {"vllm_rollout_serial": [1], "vllm_rollout_canary": [hosts[1]], **change}
         if not drained:
             # the loaded host alone: its restart without the drain is what loses requests; the other host
             # carries none of this load, so its turn would only lengthen the run
@@ -235,7 +251,7 @@ def one_run(
     phases = phase_figures(bench_requests(result), start, end, args.output_len)
     return {
         "drained": drained,
-        "shutdown_timeout": shutdown_timeout,
+        "change": change,
         "rollout_ok": rollout_ok,
         "rollout_s": round(end - start, 1),
         "rollout_tail": "" if rollout_ok else done.stdout[-3000:],
@@ -293,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-restore",
         action="store_true",
-        help="leave the control's values on the lab instead of deploying the defaults again (two restarts,"
-        " one host at a time): for a lab that is taken down next",
+        help="leave the runs' values on the lab instead of deploying the lab's own again (a restart of each"
+        " rolled host, one at a time): for a lab that is taken down or rolled again next",
     )
     parser.add_argument("--out", help="where each run's rollout log and result go (default: a /tmp folder)")
     parser.add_argument("--json", action="store_true")
@@ -303,18 +319,16 @@ def main(argv: list[str] | None = None) -> int:
     inv = Path(args.inventory) if args.inventory else up(args.name, work)
     runs = []
     try:
-        # a value no earlier run left, so that every instance's serve command changes
-        new_timeout = 601 + int(time.time()) % 97
-        if args.only != "control":
-            drained = one_run(inv, args, drained=True, shutdown_timeout=new_timeout, folder=work / "drained")
-            runs.append(drained)
+        # the control first: it must stop a process that aborts (the lab's shutdown timeout 0)
         if args.only != "drained":
-            runs.append(one_run(inv, args, drained=False, shutdown_timeout=0, folder=work / "control"))
-        if args.only != "drained" and not args.no_restore:
-            # both hosts differ from the defaults now (the drained run's value, the control's 0): deploy.yml
-            # restarts both behind the gateway, one host at a time (its second play); side by side, the
-            # second waited for the first to serve again until its drain timeout (CI)
-            must(playbook(inv, "playbooks/deploy.yml"), "deploy with the defaults again")
+            runs.append(one_run(inv, args, drained=False, folder=work / "control"))
+        if args.only != "control":
+            runs.append(one_run(inv, args, drained=True, folder=work / "drained"))
+        if not args.no_restore:
+            # the rolled hosts differ from the lab's values now: deploy.yml restarts them behind the
+            # gateway, one host at a time (its second play); side by side, the second waited for the
+            # first to serve again until its drain timeout (CI)
+            must(playbook(inv, "playbooks/deploy.yml"), "deploy with the lab's values again")
     finally:
         if not args.inventory and not args.keep:
             run([CLI, "lab", "down", "--name", args.name])

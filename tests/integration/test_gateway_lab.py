@@ -6,15 +6,19 @@ generated from the lab's plans), host 2 in set `short` (max_model_len 256 agains
 - A short prompt lands on the short set's server and a long one on the long set's: HAProxy's own per-server
   counters (`show stat` stot, read on its runtime socket) say so; a request without the key gets 401 from the
   gateway.
+- The lab's instances start with vllm_service_shutdown_timeout 0 (vLLM aborts what is in flight on SIGTERM).
+  The negative control (vllm_service_drain false: a restart of the loaded host, the short set's, without
+  leaving the gateway, changing its --max-num-seqs) loses or truncates requests: the measurement sees
+  failures when there are some. It rolls that host alone (the long set's host carries none of the load) and
+  comes first, so that the process it stops is one that aborts: vLLM 0.32 then holds the streams in flight
+  until systemd's stop timeout (120 s) kills it. After the drained run the stopped process had that run's
+  --shutdown-timeout, finished its requests itself, and the control lost none (CI, stop 36).
 - A rollout of every instance (playbooks/rollout.yml, serial 1) under 8 concurrent streams of `vllm bench
   serve` through the gateway loses no request and truncates none (`--ignore-eos`: every request must bring
   its whole output), and P99 TTFT during the rollout is at most twice the steady state's before it.
 - A canary whose new start fails is rolled back behind the gateway and serves in it again.
-- The negative control (vllm_service_drain false, vllm_service_shutdown_timeout 0: a restart of the loaded
-  host, the short set's, without leaving the gateway) loses or truncates requests: the measurement sees
-  failures when there are some. It rolls that host alone: the long set's host carries none of the load. It
-  comes last and leaves its values on the lab, which is taken down next (putting the defaults back cost two
-  more restarts, about 4 minutes).
+- The runs leave their values on the lab, which is taken down next (putting the lab's own back costs a
+  restart of each rolled host, about 2 minutes each).
 
 The load and the figures are benchmarks/rollout_under_load.py's (one implementation for both). The lab starts
 with the venv the shared lab saved (`lab up --preinstalled-vllm`), so tests/conftest.py schedules this module
@@ -122,14 +126,24 @@ def test_a_long_prompt_lands_on_the_long_set_and_a_short_one_on_the_short_set(la
     assert _post(name, address, "Hello there.", None) == 401
 
 
-def _run(lab: Path, work: Path, which: str, *extra: str) -> dict:
-    args = [f"--inventory={lab}", f"--out={work}", "--only", which, "--json", *OPTIONS, *extra]
+def _run(lab: Path, work: Path, which: str) -> dict:
+    # a lab given by VLLM_FLEET_GATEWAY_LAB_INVENTORY gets its values back after each run
+    leave = [] if os.environ.get("VLLM_FLEET_GATEWAY_LAB_INVENTORY") else ["--no-restore"]
+    args = [f"--inventory={lab}", f"--out={work}", "--only", which, "--json", *OPTIONS, *leave]
     script = str(ROOT / "benchmarks" / "rollout_under_load.py")
     done = bench.run([sys.executable, script, *args], timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run,) = json.loads(done.stdout)["runs"]
-    print(json.dumps(run["phases"]))  # the figures, in the test's output
+    # the figures, in the test's output
+    print(json.dumps({k: run[k] for k in ("rollout_ok", "rollout_s", "drains", "phases")}))
     return run
+
+
+def test_the_negative_control_loses_requests(lab: Path, work: Path) -> None:
+    run = _run(lab, work, "control")
+    assert run["rollout_ok"], run["rollout_tail"]
+    during = run["phases"]["during"]
+    assert during["failed"] + during["truncated"] > 0, run["phases"]
 
 
 def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path, work: Path) -> None:
@@ -168,12 +182,3 @@ def test_a_canary_rolled_back_behind_the_gateway_serves_in_it_again(lab: Path, w
     while (status := _statuses(lab, gateway)[short]) != "UP" and time.monotonic() < deadline:
         time.sleep(2)
     assert status == "UP", (status, done.stdout[-3000:])
-
-
-def test_the_negative_control_loses_requests(lab: Path, work: Path) -> None:
-    # last in the module, so that nothing needs the defaults back: the module's own lab is taken down next
-    # (a lab given by VLLM_FLEET_GATEWAY_LAB_INVENTORY gets them back, as the benchmark does)
-    leave = [] if os.environ.get("VLLM_FLEET_GATEWAY_LAB_INVENTORY") else ["--no-restore"]
-    run = _run(lab, work, "control", *leave)
-    during = run["phases"]["during"]
-    assert during["failed"] + during["truncated"] > 0, run["phases"]
