@@ -19,10 +19,10 @@ description:
   - Binds O(port) on every address of rank 0 and accepts connections until O(expect) different addresses
     have connected or O(timeout) seconds have passed; each connection is closed at once. Meant to run with
     C(async) and C(poll) 0 while the other ranks connect with M(ansible.builtin.wait_for).
-  - Addresses, not connections, are counted: a rank's own vLLM or its watch of rank 0 may connect too (a
+  - Addresses, not connections, are counted. A rank's own vLLM or its watch of rank 0 may connect too (a
     rank restarted while rank 0 is down probes the master port every few seconds), and the listener must
     not end before the other ranks have had their turn. Such a connection proves the way from its host as
-    well as the rank's own test would: RV(peers) names every address that connected, and preflight accepts
+    well as the rank's own test would. RV(peers) names every address that connected, and preflight accepts
     a rank whose address is among them.
   - When the port is already in use (the instance's own master, a converged host), it listens to nothing and
     reports RV(in_use); the other ranks then test their connection against the running master.
