@@ -258,6 +258,7 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "rollout_log": str(log),
         "drains": drain_results(done.stdout),
         "bench_rc": bench.returncode,
+        "load_s": round(float(result.get("duration") or 0), 1),
         "bench_tail": out[-600:],
         "hosts": hosts,
         "phases": {p: f.to_dict() for p, f in phases.items()},
