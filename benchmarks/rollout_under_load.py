@@ -27,7 +27,7 @@ engine but leaves the open streams waiting ("Waiting for connections to close") 
 process: the streams in flight are cut. Before, the control ran after the drained run and stopped a process
 started with that run's --shutdown-timeout, which finished its requests itself (CI, stop 36: none lost); a
 control that changes --shutdown-timeout itself stops the old process under the new unit's TimeoutStopSec
-(docs/interfaces.md, "Not done": seen hanging 10 min, until HAProxy's `timeout server`).
+(docs/interfaces.md, "Files on a target host": seen hanging 10 min, until HAProxy's `timeout server`).
 
 The drained run keeps the default drain (the gateway's `state drain`, the wait for no session and vLLM's
 running + waiting at 0, then restart, verify, `state ready`) and changes every instance's
