@@ -371,20 +371,26 @@ def _cgroup_pids(name: str) -> list[int]:
     return sorted(pids)
 
 
-def _remove_cgroups(name: str) -> list[str]:
+def _remove_cgroups(name: str, timeout_s: float = 10.0) -> list[str]:
     """Remove lab `name`'s cgroups, deepest first (a cgroup directory goes with rmdir once it has no
-    processes and no children); returns those removed. Called after every process of the lab is gone."""
-    removed = []
-    for mount in _cgroup_mounts():
-        top = lab.lab_cgroup(mount, name)
-        if not top.is_dir():
-            continue
-        below = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
-        for path in [*below, top]:
-            with contextlib.suppress(OSError):
-                path.rmdir()
-                removed.append(str(path))
-    return removed
+    processes and no children); returns those removed. Called after every process of the lab was killed: a
+    killed process stays in its cgroup until it has exited whole, so what is still busy is tried again,
+    killing what the cgroups still hold, until `timeout_s` (CI: a failed `up` left the lab's top cgroups
+    behind, empty by the time the test looked)."""
+    removed: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tops = [t for t in (lab.lab_cgroup(m, name) for m in _cgroup_mounts()) if t.is_dir()]
+        for top in tops:
+            below = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+            for path in [*below, top]:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+                    removed.append(str(path))
+        if not any(t.is_dir() for t in tops) or time.monotonic() > deadline:
+            return removed
+        _signal(_cgroup_pids(name), signal.SIGKILL)
+        time.sleep(0.2)
 
 
 def _wait_booted(plan: lab.LabPlan, pids: dict[str, int], log: Log) -> dict[str, str]:
