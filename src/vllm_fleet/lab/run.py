@@ -379,8 +379,9 @@ def _remove_cgroups(name: str, timeout_s: float = 10.0) -> list[str]:
     behind, empty by the time the test looked)."""
     removed: list[str] = []
     deadline = time.monotonic() + timeout_s
+    mounts = _cgroup_mounts()
     while True:
-        tops = [t for t in (lab.lab_cgroup(m, name) for m in _cgroup_mounts()) if t.is_dir()]
+        tops = [t for t in (lab.lab_cgroup(m, name) for m in mounts) if t.is_dir()]
         for top in tops:
             below = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
             for path in [*below, top]:
