@@ -43,8 +43,6 @@ LONGEST_FIRST = (
     "tests/integration/test_rollout_lab.py",
     # its own 2-host lab starts with the saved venv too (benchmarks/README.md)
     "tests/integration/test_gateway_lab.py",
-    # a fresh lab host for the refusals, then an installed one of its own for the converge test: ~12 min
-    "tests/integration/test_plan_lab.py",
     # a fresh lab host for the refusals, then its own installed one for the converge test: about 12 min
     "tests/integration/test_plan_lab.py",
     # two lab hosts with the saved venv, one PP 2 instance over them through the playbooks; about 3 min
