@@ -66,6 +66,10 @@ def vllm_rollout_instances(file_names: list[str], prefix: str = "vllm-fleet-") -
     return _call(rollout.instance_names, file_names, prefix)
 
 
+def vllm_rollout_restore_order(plans: list[Any], instances: list[str]) -> dict[str, list[str]]:
+    return _call(rollout.restore_order, plans, instances)
+
+
 def vllm_rollout_record(facts: dict[str, Any]) -> dict[str, Any]:
     return _call(rollout.host_result, **facts)
 
@@ -102,6 +106,7 @@ class FilterModule:
             "vllm_rollout_fingerprint": vllm_rollout_fingerprint,
             "vllm_rollout_prune": vllm_rollout_prune,
             "vllm_rollout_instances": vllm_rollout_instances,
+            "vllm_rollout_restore_order": vllm_rollout_restore_order,
             "vllm_rollout_record": vllm_rollout_record,
             "vllm_rollout_verdict": vllm_rollout_verdict,
             "vllm_rollout_summary": vllm_rollout_summary,

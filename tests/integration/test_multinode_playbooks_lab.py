@@ -192,6 +192,11 @@ def first(events: list[tuple[float, str]], verb: str) -> float:
     return next(t for t, message in events if message == f"{verb} {UNIT}")
 
 
+def last(events: list[tuple[float, str]], verb: str) -> float:
+    """When systemd last logged `verb` for the vLLM unit."""
+    return max(t for t, message in events if message == f"{verb} {UNIT}")
+
+
 def recap(output: str) -> dict[str, str]:
     return dict(re.findall(r"^(\S+)\s+: (ok=.*)$", output, re.M))
 
@@ -331,6 +336,7 @@ def test_a_rollout_whose_start_fails_rolls_both_ranks_back_and_the_instance_serv
         "mnode_env_change": {"VLLM_CPU_KVCACHE_SPACE": "1000"},
         "vllm_verify_ready_timeout": 180,
     }
+    since = time.time()
     started = time.monotonic()
     rollout = playbook(group, "playbooks/rollout.yml", "-e", json.dumps(failing), timeout=2400)
     print(f"the failed rollout and its rollback: {time.monotonic() - started:.0f} s")
@@ -348,6 +354,11 @@ def test_a_rollout_whose_start_fails_rolls_both_ranks_back_and_the_instance_serv
         )
         assert state(plan, rank) == "active"
     assert generate(group)["usage"]["completion_tokens"] == 8
+    # the rollback restarted the ranks in a deploy's order (vllm_rollout_restore_order): rank 1 once rank 0
+    # had stopped, rank 0 after rank 1
+    rank0, rank1 = events(plan, 0, since), events(plan, 1, since)
+    print("rank 0:", rank0, "\nrank 1:", rank1, sep="\n")
+    assert last(rank0, "Stopped") <= last(rank1, "Starting") <= last(rank0, "Starting"), (rank0, rank1)
 
 
 def test_verify_fails_naming_rank_1_once_its_vllm_is_killed(group: Group) -> None:

@@ -4,13 +4,20 @@ inventory's (inventory/examples/2x4x4090-pp: recorded topology, real config.json
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from test_preflight_master_port import preflight
 
 from vllm_fleet.plan.inventory import plan_inventory
-from vllm_fleet.rollout.decisions import group_batch_errors, instance_groups, plan_batches, split_canary
+from vllm_fleet.rollout.decisions import (
+    group_batch_errors,
+    instance_groups,
+    plan_batches,
+    restore_order,
+    split_canary,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory" / "examples" / "2x4x4090-pp"
@@ -85,3 +92,23 @@ def test_the_failed_peers_filter_reads_plans_and_failures_from_hostvars(plans: d
     }
     assert vllm_rollout_failed_peers("pp-4090-b", hostvars, list(PAIR)) == ["pp-4090-a"]
     assert vllm_rollout_failed_peers("pp-4090-b", hostvars, ["pp-4090-b"]) == []
+
+
+def test_a_rollback_restarts_each_rank_in_a_deploys_order(plans: dict) -> None:
+    """From the instance plans the hosts hold (`<instance>.json`, slurped as text): rank 0 stops first, the
+    headless rank starts next, rank 0 after it; an instance of one host, or one without a readable plan,
+    restarts in the last step."""
+    rank0, rank1 = (plans[host]["instances"][0] for host in PAIR)
+    assert restore_order([json.dumps(rank0)], [rank0["instance"]]) == {
+        "stop_first": [rank0["instance"]],
+        "headless": [],
+        "then": [rank0["instance"]],
+    }
+    assert restore_order([json.dumps(rank1), "not json"], [rank1["instance"], "i9"]) == {
+        "stop_first": [],
+        "headless": [rank1["instance"]],
+        "then": ["i9"],
+    }
+    single = {**rank0, "instance": "i1"}
+    single.pop("node")
+    assert restore_order([single], ["i1"]) == {"stop_first": [], "headless": [], "then": ["i1"]}

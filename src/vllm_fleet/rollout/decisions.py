@@ -300,6 +300,18 @@ def instance_names(file_names: Iterable[str], unit_prefix: str = "vllm-fleet-") 
     return sorted(names)
 
 
+def restore_order(plans: Iterable[Mapping[str, Any] | str], instances: Sequence[str]) -> dict[str, list[str]]:
+    """The restored `instances` in the order a deploy (re)starts them (roles/vllm_service/tasks/apply.yml),
+    from the restored `<instance>.json` plans: `stop_first`, rank 0 of each instance over several hosts, stops
+    before its other ranks start (a rank > 0 started while the failed rank 0 still runs would join the failed
+    world); `headless`, the ranks > 0, (re)start next; `then`, every instance but those, rank 0 included.
+    An instance without a readable plan counts as one of a single host."""
+    parsed = {plan.name: plan for plan in map(_instance_plan, plans) if plan}
+    headless = [name for name in instances if name in parsed and parsed[name].headless]
+    rank0 = [name for name in instances if name in parsed and parsed[name].node and name not in headless]
+    return {"stop_first": rank0, "headless": headless, "then": [n for n in instances if n not in headless]}
+
+
 def plan_identity(plans: Iterable[Mapping[str, Any] | str]) -> dict[str, Any]:
     """What a host serves, from its `<instance>.json` plans: vLLM version and the argv hash per instance.
 
