@@ -9,18 +9,15 @@ after the rollout (issue 30; the lab test tests/integration/test_gateway_lab.py 
 The lab: 2 hosts (systemd-nspawn, real systemd, the real vLLM CPU build serving the tiny model), host 1 in set
 `long` and also the gateway (Debian's haproxy from the lab cache's .debs, installed by playbooks/gateway.yml),
 host 2 in set `short` with a shorter max_model_len (SHORT_MAX_MODEL_LEN against LONG_MAX_MODEL_LEN). The load
-is vllm_fleet.gateway.streamload from the lab's control namespace against the gateway: `--concurrency`
-streams of short prompts that go to the short set, `ignore_eos` with a fixed output length (so a stream cut
-short shows as fewer tokens), per-request start, TTFT, output length and error, in the shape of `vllm bench
-serve --save-detailed`. It runs until told to stop, `--after` seconds after the rollout ends, so every
-restart of the rollout happens under load however long it takes (`vllm bench serve` stops after a number of
-requests: on a loaded machine the load once ended before the control's restart). The API key reaches it on
-its standard input, never on a command line.
+is `vllm bench serve` from the lab's own vLLM on host 1 against the gateway: random prompts that fit the short
+set, `--ignore-eos` with a fixed output length (so a stream cut short shows as fewer tokens),
+`--max-concurrency` streams, bounded by `--requests` and a timeout, `--save-result --save-detailed`
+(per-request start, TTFT, output length, error). The API key reaches it as OPENAI_API_KEY
+from the instance's 0600 EnvironmentFile, never on a command line.
 
 The lab's instances start with vllm_service_shutdown_timeout 0: vLLM aborts what is in flight on SIGTERM, so
 nothing but the gateway's drain keeps a request whole. Each run: the load starts, `--steady` seconds of it
-pass, then playbooks/rollout.yml (serial 1: host by host) changes the serve command, `--after` seconds pass,
-then the load stops.
+pass, then playbooks/rollout.yml (serial 1: host by host) changes the serve command, then the load finishes.
 Requests are put in a phase by their start (vllm_fleet.gateway.underload).
 
 The negative control runs first and rolls the loaded host alone (the other carries none of this load) with
@@ -57,19 +54,21 @@ import yaml
 
 from vllm_fleet.gateway.underload import bench_requests, phase_figures
 from vllm_fleet.lab.debs import gateway_debs
-from vllm_fleet.lab.spec import NETNS_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "vllm-fleet")
 LAB_VARS = ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml"
 # The sets' max_model_len (the tiny model takes 2048). The gateway's defaults (4 bytes a token, half kept
-# free) send bodies up to 512 bytes to the short set: the load's requests (12 words and the JSON around them,
-# about 230 bytes) go there, a 600-byte prompt to the long set. The tiny model's tokenizer spends
+# free) send bodies up to 512 bytes to the short set: the benchmark's requests (16 random tokens and the JSON
+# around them, about 250 bytes) go there, a 600-byte prompt to the long set. The tiny model's tokenizer spends
 # about 1.7 bytes a token (a 400-byte prompt was 241 tokens), so the long set gets room for what is sent to
 # it.
 LONG_MAX_MODEL_LEN = 1024
 SHORT_MAX_MODEL_LEN = 256
+VENV = "/opt/vllm-fleet/venv"
+MODEL = "/srv/vllm-fleet-lab/models/tiny"
+RESULT = "/tmp/vllm-fleet-rollout-under-load.json"
 
 
 def env() -> dict[str, str]:
@@ -108,19 +107,15 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
     (folder / "host_vars").mkdir(parents=True, exist_ok=True)
     (folder / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
     shutil.copy(LAB_VARS, folder / "group_vars" / "lab" / "vllm.yml")
-    lab_env, cores = yaml.safe_load(LAB_VARS.read_text())["vllm_service_extra_env"], os.cpu_count() or 1
-    for core, (host, instance_set, max_model_len) in enumerate(
-        ((hosts[0], "long", LONG_MAX_MODEL_LEN), (hosts[1], "short", SHORT_MAX_MODEL_LEN))
+    for host, instance_set, max_model_len in (
+        (hosts[0], "long", LONG_MAX_MODEL_LEN),
+        (hosts[1], "short", SHORT_MAX_MODEL_LEN),
     ):
         host_vars = {
             "vllm_service_instance_set": instance_set,
             "vllm_service_max_model_len": max_model_len,
             # vLLM's abort on SIGTERM: only the gateway's drain keeps requests whole (the control's premise)
             "vllm_service_shutdown_timeout": 0,
-            # a core each: vLLM's own choice binds every lab instance's threads to core 0 (it keeps one core
-            # free), and while the long set's instance served the short set's requests, the restarting
-            # short one waited 383 s for core 0 in 6 min (/proc/PID/schedstat, 2026-12-04)
-            "vllm_service_extra_env": {**lab_env, "VLLM_CPU_OMP_THREADS_BIND": str(core % cores)},
         }
         (folder / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(host_vars))
     (folder / "group_vars" / "gateway" / "gateway.yml").write_text(
@@ -176,8 +171,8 @@ def gateway_stat(inv: Path, gateway: str) -> str:
 
 
 def frontend_requests(stat: str) -> int:
-    """Requests the gateway's frontend took (req_tot: the load keeps its connections alive, so sessions stay
-    at the number of streams)."""
+    """Requests the gateway's frontend took (req_tot: the benchmark keeps its connections alive, so
+    sessions stay at the number of streams)."""
     text = stat.lstrip().removeprefix("# ")
     for row in csv.DictReader(io.StringIO(text)):
         if row.get("svname") == "FRONTEND":
@@ -185,40 +180,18 @@ def frontend_requests(stat: str) -> int:
     raise SystemExit(f"no FRONTEND row in the gateway's show stat: {stat[:300]!r}")
 
 
-def api_key(inv: Path) -> str:
-    """The lab's API key as Ansible templates it (inventory/group_vars/lab/vllm.yml): parsed, never shown."""
-    done = run(
-        [str(BIN / "ansible"), "-i", str(inv), "gateway", "-o", "-m", "ansible.builtin.debug", "-a",
-         "msg={{ vllm_service_api_key }}"],
-        timeout=120,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit("the lab's API key could not be read")
-    return done.stdout.split('"msg": "', 1)[1].split('"', 1)[0]
-
-
-def control_netns(inv: Path) -> str:
-    """The lab's control namespace: the lab hosts' addresses are reached from there."""
-    data = yaml.safe_load((inv / "hosts.yml").read_text())
-    return f"{NETNS_PREFIX}{data['all']['children']['lab']['vars']['vllm_fleet_lab_name']}.ctl"
-
-
-def start_load(inv: Path, address: str, args: argparse.Namespace, folder: Path) -> subprocess.Popen[str]:
-    """vllm_fleet.gateway.streamload at the gateway from the lab's control namespace until `folder`/stop
-    appears; the key on its standard input."""
-    load = subprocess.Popen(
-        ["ip", "netns", "exec", control_netns(inv), sys.executable, "-m", "vllm_fleet.gateway.streamload",
-         "--url", f"http://{address}:{args.port}", "--model", "tiny", "--stop-file", str(folder / "stop"),
-         "--out", str(folder / "result.json"), "--concurrency", str(args.concurrency),
-         "--max-tokens", str(args.output_len), "--prompt-words", str(args.prompt_words),
-         "--pause", str(args.pause)],
-        cwd=ROOT, env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
-    assert load.stdin is not None
-    load.stdin.write(api_key(inv) + "\n")
-    load.stdin.close()
-    return load
+def bench_command(address: str, args: argparse.Namespace) -> str:
+    """`vllm bench serve` at the gateway; the key from the instance's EnvironmentFile (0600), never argv."""
+    return (
+        "set -a; . /etc/vllm-fleet/i0.env; set +a; export OPENAI_API_KEY=$VLLM_API_KEY; cd /tmp; "
+        f"rm -f {RESULT}; timeout {args.timeout} {VENV}/bin/vllm bench serve --backend openai "
+        f"--base-url http://{address}:{args.port} --endpoint /v1/completions --model tiny "
+        f"--tokenizer {MODEL} "
+        f"--dataset-name random --random-input-len {args.input_len} --random-output-len {args.output_len} "
+        f"--ignore-eos --num-prompts {args.requests} --max-concurrency {args.concurrency} --seed 1 "
+        f"--save-result --save-detailed --result-filename {RESULT} > /tmp/vllm-fleet-bench.log 2>&1; "
+        f"rc=$?; tail -3 /tmp/vllm-fleet-bench.log; exit $rc"
+    )
 
 
 def the_change(drained: bool) -> dict[str, int]:
@@ -232,18 +205,21 @@ def the_change(drained: bool) -> dict[str, int]:
 
 
 def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) -> dict[str, Any]:
-    """One rollout under load; its playbook log and the load's result land in `folder`."""
+    """One rollout under load; its playbook log and the benchmark's result land in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    stop = folder / "stop"
-    stop.unlink(missing_ok=True)
     hosts, gateway, address = hosts_of(inv)
     base = frontend_requests(gateway_stat(inv, gateway))
-    load = start_load(inv, address, args, folder)
+    bench = subprocess.Popen(
+        [str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.shell", "-a",
+         bench_command(address, args)],
+        cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        # the benchmark's own start (imports, tokenizer) takes a while: the steady phase begins with its load
+        deadline = time.monotonic() + 180
         while frontend_requests(gateway_stat(inv, gateway)) < base + 3 * args.concurrency:
-            if load.poll() is not None or time.monotonic() > deadline:
-                said = load.stdout.read()[-2000:] if load.stdout else ""
+            if bench.poll() is not None or time.monotonic() > deadline:
+                said = bench.stdout.read()[-2000:] if bench.stdout else ""
                 raise SystemExit(f"the load did not start: {said}")
             time.sleep(1)
         time.sleep(args.steady)
@@ -261,18 +237,17 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         rollout_ok = done.returncode == 0
         log = folder / "rollout.log"
         log.write_text(done.stdout + done.stderr)
-        time.sleep(args.after)
-        stop.touch()
-        # each stream ends the request it is in first: a whole answer, or the read timeout of a hung one
-        load.wait(timeout=300)
+        out, _ = bench.communicate(timeout=args.timeout + 120)
     finally:
-        stop.touch()
-        if load.poll() is None:
-            load.kill()
-    if load.returncode != 0:
-        said = load.stdout.read()[-2000:] if load.stdout else ""
-        raise SystemExit(f"the load failed (rc {load.returncode}): {said}")
-    result = json.loads((folder / "result.json").read_text())
+        if bench.poll() is None:
+            bench.kill()
+    fetched = folder / "result.json"
+    must(
+        run([str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.fetch", "-a",
+             f"src={RESULT} dest={fetched} flat=true"]),
+        "fetch the benchmark's result",
+    )  # fmt: skip
+    result = json.loads(fetched.read_text())
     phases = phase_figures(bench_requests(result), start, end, args.output_len)
     return {
         "drained": drained,
@@ -282,7 +257,9 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "rollout_tail": "" if rollout_ok else done.stdout[-3000:],
         "rollout_log": str(log),
         "drains": drain_results(done.stdout),
+        "bench_rc": bench.returncode,
         "load_s": round(float(result.get("duration") or 0), 1),
+        "bench_tail": out[-600:],
         "hosts": hosts,
         "phases": {p: f.to_dict() for p, f in phases.items()},
     }
@@ -313,10 +290,7 @@ def table(runs: list[dict[str, Any]]) -> str:
             lines.append(
                 f"{label:<22} {phase:<7} {f['requests']:>8} {f['failed']:>6} {f['truncated']:>9} {p99:>11}"
             )
-        before, during = (r["phases"][p]["p99_ttft_ms"] for p in ("before", "during"))
-        ratio = f", P99 TTFT during/before {during / before:.2f}" if before and during else ""
-        done = "ok" if r["rollout_ok"] else "FAILED"
-        lines.append(f"{'':<22} rollout {r['rollout_s']} s, {done}; load {r['load_s']} s{ratio}")
+        lines.append(f"{'':<22} rollout {r['rollout_s']} s, {'ok' if r['rollout_ok'] else 'FAILED'}")
     return "\n".join(lines)
 
 
@@ -326,11 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", help="a lab inventory folder made as lab_inventory() makes it")
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--prompt-words", type=int, default=12)
-    parser.add_argument("--pause", type=float, default=1.0, help="seconds each stream waits between requests")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per run (the load's bound)")
+    parser.add_argument("--input-len", type=int, default=16)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--steady", type=int, default=20, help="seconds of load before the rollout")
-    parser.add_argument("--after", type=int, default=10, help="seconds of load after the rollout")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds the load may take at most")
     parser.add_argument("--port", type=int, default=4000, help="the gateway's port (fleet_gateway_port)")
     parser.add_argument("--only", choices=["drained", "control"], help="run one of the two")
     parser.add_argument(

@@ -354,11 +354,13 @@ def test_a_rollout_whose_start_fails_rolls_both_ranks_back_and_the_instance_serv
         )
         assert state(plan, rank) == "active"
     assert generate(group)["usage"]["completion_tokens"] == 8
-    # the rollback restarted the ranks in a deploy's order (vllm_rollout_restore_order): rank 1 once rank 0
-    # had stopped, rank 0 after rank 1
+    # the rollback restarted the ranks in a deploy's order (vllm_rollout_restore_order): rank 1 only once
+    # rank 0 had stopped. Its restart is asked for before rank 0's start, but systemd logs its Starting once
+    # the stop the restart begins with ends: a rank 1 its watch was already stopping started 11 s after rank
+    # 0 (CI-like run, session 17), which vLLM allows (whichever rank starts first waits)
     rank0, rank1 = events(plan, 0, since), events(plan, 1, since)
     print("rank 0:", rank0, "\nrank 1:", rank1, sep="\n")
-    assert last(rank0, "Stopped") <= last(rank1, "Starting") <= last(rank0, "Starting"), (rank0, rank1)
+    assert last(rank0, "Stopped") <= last(rank1, "Starting"), (rank0, rank1)
 
 
 def test_verify_fails_naming_rank_1_once_its_vllm_is_killed(group: Group) -> None:

@@ -1,15 +1,13 @@
-"""What a rollout under load did to the requests: per-request results split by phase, from `vllm bench serve
---save-result --save-detailed` or from vllm_fleet.gateway.streamload, which writes the same keys.
+"""What a rollout under load did to the requests: `vllm bench serve` per-request results split by phase.
 
     bench_requests(result) -> [BenchRequest]             `--save-result --save-detailed` JSON, per request
     phase_figures(requests, start, end, output_len) -> {phase: PhaseFigures}  before, during, after
 
-A request is failed when the load recorded an error for it (no answer, an HTTP error, a cut stream), and
-truncated when it came back with fewer output tokens than asked: with `--ignore-eos` every request must
+A request is failed when vLLM's benchmark recorded an error for it (no answer, an HTTP error, a cut stream),
+and truncated when it came back with fewer output tokens than asked: with `--ignore-eos` every request must
 generate exactly its output length, so fewer is a stream cut short. A request belongs to the phase its start
-falls in; `start_times` are the load process's `time.perf_counter()` or `time.monotonic()` (CLOCK_MONOTONIC
-both), the clock the controller's own `time.monotonic()` reads on the same kernel (lab hosts are containers
-of this machine).
+falls in; `start_times` are the benchmark process's `time.perf_counter()` (CLOCK_MONOTONIC), the clock the
+controller's own `time.monotonic()` reads on the same kernel (lab hosts are containers of this machine).
 """
 
 from __future__ import annotations
