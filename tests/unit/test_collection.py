@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
-from wheelvenv import build_wheel_venv, in_tree_build
+from wheelvenv import build_wheel_venv, uv_build
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -229,11 +229,7 @@ def test_the_sdist_holds_the_collection_and_rebuilds_the_same_wheel(
 ) -> None:
     # pip installs an sdist by building a wheel from it: setup.py's build_py copies the collection from the
     # unpacked sdist, so a file MANIFEST.in leaves out breaks that build or goes missing from the wheel
-    with in_tree_build():
-        sdist = subprocess.run(
-            [str(BIN / "uv"), "build", "--sdist", "-q", "-o", str(tmp_path / "sdist"), str(REPO)],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+    sdist = uv_build("sdist", tmp_path / "sdist", timeout=300)
     assert sdist.returncode == 0, sdist.stdout + sdist.stderr
     (archive,) = (tmp_path / "sdist").glob("vllm_fleet-*.tar.gz")
     with tarfile.open(archive) as tar:

@@ -15,7 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from wheelvenv import in_tree_build
+from wheelvenv import uv_build
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -25,11 +25,7 @@ def test_ansible_builder_creates_a_context_that_installs_the_wheel(tmp_path: Pat
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(ROOT / "execution-environment.yml", project)
-    with in_tree_build():
-        built = subprocess.run(
-            [str(BIN / "uv"), "build", "--wheel", "--out-dir", str(project / "dist"), str(ROOT)],
-            capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
+    built = uv_build("wheel", project / "dist", timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     wheel = next((project / "dist").glob("vllm_fleet-*.whl"))
     context = tmp_path / "context"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from vllm_fleet.lab.build import file_lock
 from vllm_fleet.lab.spec import lab_root
 
 # haproxy and what the lab's root filesystem (debootstrap bookworm) lacks of its dependencies
@@ -19,13 +20,15 @@ GATEWAY_DEB_DIR = "gateway-debs-bookworm-v1"
 
 
 def fetch_debs(folder: Path, debs: tuple[str, ...]) -> Path:
-    """`folder` holding one .deb per pin of `debs`, downloaded when any is missing."""
-    if len(list(folder.glob("*.deb"))) != len(debs):
-        folder.mkdir(parents=True, exist_ok=True)
-        argv = ["apt-get", "download", *debs]
-        done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"apt-get download {' '.join(debs)} failed: {done.stderr[-1000:]}")
+    """`folder` holding one .deb per pin of `debs`, downloaded when any is missing. Held under a lock: two
+    lab tests on the suite's two workers (the gateway lab, the multi-host lab's gateway) may ask at once."""
+    with file_lock(folder.with_name(folder.name + ".lock")):
+        if len(list(folder.glob("*.deb"))) != len(debs):
+            folder.mkdir(parents=True, exist_ok=True)
+            argv = ["apt-get", "download", *debs]
+            done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=600, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"apt-get download {' '.join(debs)} failed: {done.stderr[-1000:]}")
     return folder
 
 
