@@ -65,6 +65,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -76,7 +77,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_fleet.gateway.drain import stat_rows
+from vllm_fleet.gateway.drain import parse_read, read_argv, stat_rows
 from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab import spec as lab
 from vllm_fleet.lab.debs import gateway_debs
@@ -175,12 +176,11 @@ def generate(group: Group, port: int = API_PORT) -> dict:
 
 
 def gateway_servers(plan: lab.LabPlan) -> dict[str, str]:
-    """`<backend>/<server>` -> status, from HAProxy's `show stat` on its runtime socket (root only)."""
-    script = (
-        "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect('/run/haproxy/admin.sock'); "
-        "s.sendall(b'show stat\\n'); sys.stdout.write(s.makefile().read())"
-    )
-    return {f"{r.backend}/{r.server}": r.status for r in stat_rows(sh(plan, 0, "python3 -", stdin=script))}
+    """`<backend>/<server>` -> status, from HAProxy's `show stat` on its runtime socket (root only), read by
+    the script the role's drain module runs on the gateway host."""
+    argv = read_argv("/usr/bin/python3", "/run/haproxy/admin.sock", ["show stat"])
+    (show_stat,) = parse_read(sh(plan, 0, shlex.join(argv))).replies
+    return {f"{r.backend}/{r.server}": r.status for r in stat_rows(show_stat)}
 
 
 def gateway_back(plan: lab.LabPlan, timeout: float = 60) -> dict[str, str]:
