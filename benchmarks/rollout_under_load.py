@@ -16,9 +16,12 @@ set, `--ignore-eos` with a fixed output length (so a stream cut short shows as f
 from the instance's 0600 EnvironmentFile, never on a command line.
 
 The lab's instances start with vllm_service_shutdown_timeout 0: vLLM aborts what is in flight on SIGTERM, so
-nothing but the gateway's drain keeps a request whole. Each run: the load starts, `--steady` seconds of it
-pass, then playbooks/rollout.yml (serial 1: host by host) changes the serve command, then the load finishes.
-Requests are put in a phase by their start (vllm_fleet.gateway.underload).
+nothing but the gateway's drain keeps a request whole. Each run: playbooks/rollout.yml (serial 1: host by
+host) starts; at the loaded host's turn, before anything changes there, a pre-change hook
+(vllm_rollout_pre_host_hooks, load_hook below) has the benchmark start the load and waits until it flows;
+`--steady` seconds of it pass (the phase "before"), then the turn changes the serve command, and the load
+finishes. Requests are put in a phase by their start (vllm_fleet.gateway.underload): before the turn went on,
+during the rest of the rollout, after it.
 
 The negative control runs first and rolls the loaded host alone (the other carries none of this load) with
 vllm_service_drain=false, changing `--max-num-seqs` only: the process it stops aborts (the lab's 0), and the
@@ -42,6 +45,7 @@ import csv
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -52,6 +56,8 @@ from typing import Any
 
 import yaml
 
+from vllm_fleet.gateway.drain import parse_read, read_argv
+from vllm_fleet.gateway.haproxy import RUNTIME_SOCKET
 from vllm_fleet.gateway.underload import bench_requests, phase_figures
 from vllm_fleet.lab.debs import gateway_debs
 
@@ -123,8 +129,12 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
             {
                 "fleet_gateway_deb_dir": str(gateway_debs()),
                 "fleet_gateway_listen_address": "0.0.0.0",
-                # a server that fails its check leaves fast, so what it cannot serve goes elsewhere soon
-                "fleet_gateway_check_interval": 2,
+                # A server that fails a check, or is down, is checked every 2 s: it leaves soon, so what
+                # it cannot serve goes elsewhere, and a restarted one is back soon. A healthy one every
+                # 10 s: each check is a generation, after which vLLM's worker busy-polls its queue for a
+                # second (a lab instance checked every 2 s kept 40 % of a core busy doing nothing; issue 32).
+                "fleet_gateway_check_interval": 10,
+                "fleet_gateway_check_fast_interval": 2,
             }
         )
     )
@@ -154,20 +164,23 @@ def hosts_of(inv: Path) -> tuple[list[str], str, str]:
     return list(lab), gateway, lab[gateway]["ansible_host"]
 
 
-def shell(inv: Path, host: str, command: str, timeout: int = 120) -> str:
-    argv = [str(BIN / "ansible"), "-i", str(inv), host, "-m", "ansible.builtin.shell", "-a", command]
-    done = run(argv, timeout)
-    out = must(done, f"{host}: {command[:60]}")
+def on_host(inv: Path, host: str, argv: list[str], timeout: int = 120) -> str:
+    """The stdout of one command on a lab host (Ansible's command module, the words as a list: no shell)."""
+    done = run(
+        [str(BIN / "ansible"), "-i", str(inv), host, "-m", "ansible.builtin.command", "-a",
+         json.dumps({"argv": argv})],
+        timeout,
+    )  # fmt: skip
+    out = must(done, f"{host}: {shlex.join(argv)[:60]}")
     return out.split(">>\n", 1)[1] if ">>\n" in out else out
 
 
 def gateway_stat(inv: Path, gateway: str) -> str:
-    """`show stat` from HAProxy's runtime socket on the gateway host (root only)."""
-    script = (
-        "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect('/run/haproxy/admin.sock'); "
-        "s.sendall(b'show stat\\n'); sys.stdout.write(s.makefile().read())"
-    )
-    return shell(inv, gateway, f'python3 -c "{script}"')
+    """`show stat` from HAProxy's runtime socket on the gateway host (root only), read by the script the
+    role's drain module runs there (vllm_fleet.gateway.drain.read_argv)."""
+    argv = read_argv("/usr/bin/python3", RUNTIME_SOCKET, ["show stat"])
+    (show_stat,) = parse_read(on_host(inv, gateway, argv)).replies
+    return show_stat
 
 
 def frontend_requests(stat: str) -> int:
@@ -204,43 +217,96 @@ def the_change(drained: bool) -> dict[str, int]:
     return {"vllm_service_max_num_seqs": 16 + fresh % 48}
 
 
+def load_hook(folder: Path, loaded_host: str) -> Path:
+    """A pre-change hook for the rollout (vllm_rollout_pre_host_hooks, the role's kubespray-style hook): at
+    the loaded host's turn, before anything changes there, it tells the benchmark to start the load and waits
+    until the load flows. The load then covers that host's drain, stop and start, and not the preflight and
+    the turn's first steps, which it slowed (an argv check took 77 s under it) and which needed a longer
+    load (issue 32)."""
+    hook = folder / "load_hook.yml"
+    tasks = [
+        {
+            "name": "Tell rollout_under_load.py that the loaded host's turn begins",
+            "ansible.builtin.copy": {"dest": str(folder / "go"), "content": "go\n", "mode": "0644"},
+            "delegate_to": "localhost",
+            "when": f"inventory_hostname == {loaded_host!r}",
+        },
+        {
+            "name": "Wait until its load flows through the gateway",
+            "ansible.builtin.wait_for": {"path": str(folder / "flowing"), "timeout": 600},
+            "delegate_to": "localhost",
+            "when": f"inventory_hostname == {loaded_host!r}",
+        },
+    ]
+    hook.write_text(yaml.safe_dump(tasks, sort_keys=False))
+    return hook
+
+
+def wait_for_turn(folder: Path, rollout: subprocess.Popen[str], log: Path, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while not (folder / "go").exists():
+        if rollout.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the rollout ended before the loaded host's turn:\n{log.read_text()[-3000:]}")
+        time.sleep(1)
+
+
 def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) -> dict[str, Any]:
-    """One rollout under load; its playbook log and the benchmark's result land in `folder`."""
+    """One rollout under load; its playbook log and the benchmark's result land in `folder`. The rollout
+    starts first and waits in load_hook at the loaded host's turn; the load starts then, runs `--steady`
+    seconds (the phase "before"), and the turn goes on."""
     folder.mkdir(parents=True, exist_ok=True)
+    for name in ("go", "flowing"):
+        (folder / name).unlink(missing_ok=True)
     hosts, gateway, address = hosts_of(inv)
-    base = frontend_requests(gateway_stat(inv, gateway))
-    bench = subprocess.Popen(
-        [str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.shell", "-a",
-         bench_command(address, args)],
-        cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        # the benchmark's own start (imports, tokenizer) takes a while: the steady phase begins with its load
-        deadline = time.monotonic() + 180
-        while frontend_requests(gateway_stat(inv, gateway)) < base + 3 * args.concurrency:
-            if bench.poll() is not None or time.monotonic() > deadline:
-                said = bench.stdout.read()[-2000:] if bench.stdout else ""
-                raise SystemExit(f"the load did not start: {said}")
-            time.sleep(1)
-        time.sleep(args.steady)
-        # the short set's host first: it carries the load, so the rollout starts where requests are in flight
-        change = the_change(drained)
-        extra = {"vllm_rollout_serial": [1], "vllm_rollout_canary": [hosts[1]], **change}
-        if not drained:
-            # the loaded host alone: its restart without the drain is what loses requests; the other host
-            # carries none of this load, so its turn would only lengthen the run
-            extra["vllm_service_drain"] = False
-            extra["vllm_fleet_hosts"] = hosts[1]
-        start = time.monotonic()
-        done = playbook(inv, "playbooks/rollout.yml", "-v", "-e", json.dumps(extra))
-        end = time.monotonic()
-        rollout_ok = done.returncode == 0
-        log = folder / "rollout.log"
-        log.write_text(done.stdout + done.stderr)
-        out, _ = bench.communicate(timeout=args.timeout + 120)
-    finally:
-        if bench.poll() is None:
-            bench.kill()
+    # the short set's host first: it carries the load, so the rollout starts where requests are in flight
+    change = the_change(drained)
+    extra = {
+        "vllm_rollout_serial": [1],
+        "vllm_rollout_canary": [hosts[1]],
+        "vllm_rollout_pre_host_hooks": [str(load_hook(folder, hosts[1]))],
+        **change,
+    }
+    if not drained:
+        # the loaded host alone: its restart without the drain is what loses requests; the other host
+        # carries none of this load, so its turn would only lengthen the run
+        extra["vllm_service_drain"] = False
+        extra["vllm_fleet_hosts"] = hosts[1]
+    log = folder / "rollout.log"
+    bench = None
+    with log.open("w") as output:
+        rollout = subprocess.Popen(
+            [str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/rollout.yml", "-v", "-e",
+             json.dumps(extra)],
+            cwd=ROOT, env=env(), stdout=output, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            wait_for_turn(folder, rollout, log)
+            base = frontend_requests(gateway_stat(inv, gateway))
+            bench = subprocess.Popen(
+                [str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.shell", "-a",
+                 bench_command(address, args)],
+                cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+            # the benchmark's own start (imports, tokenizer) takes a while: the steady phase begins with the
+            # load
+            deadline = time.monotonic() + 180
+            while frontend_requests(gateway_stat(inv, gateway)) < base + 3 * args.concurrency:
+                if bench.poll() is not None or time.monotonic() > deadline:
+                    said = bench.stdout.read()[-2000:] if bench.stdout else ""
+                    raise SystemExit(f"the load did not start: {said}")
+                time.sleep(1)
+            time.sleep(args.steady)
+            start = time.monotonic()
+            (folder / "flowing").write_text("flowing\n")
+            rollout.wait(timeout=1200)
+            end = time.monotonic()
+            out, _ = bench.communicate(timeout=args.timeout + 120)
+        finally:
+            for process in (rollout, bench):
+                if process is not None and process.poll() is None:
+                    process.kill()
+    rollout_ok = rollout.returncode == 0
+    rollout_out = log.read_text()
     fetched = folder / "result.json"
     must(
         run([str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.fetch", "-a",
@@ -254,9 +320,9 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "change": change,
         "rollout_ok": rollout_ok,
         "rollout_s": round(end - start, 1),
-        "rollout_tail": "" if rollout_ok else done.stdout[-3000:],
+        "rollout_tail": "" if rollout_ok else rollout_out[-3000:],
         "rollout_log": str(log),
-        "drains": drain_results(done.stdout),
+        "drains": drain_results(rollout_out),
         "bench_rc": bench.returncode,
         "load_s": round(float(result.get("duration") or 0), 1),
         "bench_tail": out[-600:],

@@ -14,9 +14,11 @@ generated from the lab's plans), host 2 in set `short` (max_model_len 256 agains
   until systemd's stop timeout (120 s) kills it. After the drained run the stopped process had that run's
   --shutdown-timeout, finished its requests itself, and the control lost none (CI, stop 36).
 - A rollout of every instance (playbooks/rollout.yml, serial 1) under 8 concurrent streams of `vllm bench
-  serve` through the gateway loses no request and truncates none (`--ignore-eos`: every request must bring
-  its whole output). P99 TTFT before and during is printed, not asserted: a figure of a shared 2-core machine
-  (CI, stop 37: 1101.5 ms during against 542.5 ms before, over a bound of twice) is the benchmark's to report.
+  serve` through the gateway, from the loaded host's turn on (a pre-change hook, vllm_rollout_pre_host_hooks,
+  holds the turn until the load flows), loses no request and truncates none (`--ignore-eos`: every request
+  must bring its whole output). P99 TTFT before and during is printed, not asserted: a figure of a shared
+  2-core machine (CI, stop 37: 1101.5 ms during against 542.5 ms before, over a bound of twice) is the
+  benchmark's to report.
 - A canary whose new start fails is rolled back behind the gateway and serves in it again.
 - The runs leave their values on the lab, which is taken down next (putting the lab's own back costs a
   restart of each rolled host, about 2 minutes each).
@@ -47,10 +49,11 @@ import rollout_under_load as bench  # noqa: E402  benchmarks/rollout_under_load.
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 LAB = "gwtest"
-# The load must still run when the loaded host (the short set's, rolled first) stops: the rollout reaches
-# that stop 100-200 s after it begins (preflight, plan, the canary's render and checks), and one CPU instance
-# serves 8-12 requests a second: 1500 requests ended 3 s before the control's stop once (fresh clone,
-# session 16).
+# The load must still run when the loaded host (the short set's, rolled first) stops. It starts at that host's
+# turn (the benchmark's pre-change hook holds the turn until the load flows), and the turn reaches the stop
+# after its argv check and writes: 2000 requests (136 s, 14.7 a second) ended before it once, with the argv
+# check taking 73 s under the load (this machine, the shared lab's verify module beside it); 1500 requests
+# counted from the rollout's start had ended 3 s before it (fresh clone, session 16).
 OPTIONS = ["--requests", "3000", "--steady", "15"]
 
 

@@ -184,8 +184,8 @@ def gateway_servers(plan: lab.LabPlan) -> dict[str, str]:
 
 
 def gateway_back(plan: lab.LabPlan, timeout: float = 60) -> dict[str, str]:
-    """The gateway's servers once rank 0's is UP again (after a restart HAProxy needs two passing checks,
-    fleet_gateway_check_interval 5 s apart), or as they are at `timeout`."""
+    """The gateway's servers once rank 0's is UP again (after a restart, HAProxy's next passing check:
+    fleet_gateway_check_fast_interval, 2 s, while it is down), or as they are at `timeout`."""
     deadline = time.monotonic() + timeout
     servers = gateway_servers(plan)
     while servers.get(GATEWAY_SERVER) != "UP" and time.monotonic() < deadline:
@@ -300,7 +300,15 @@ def group(tmp_path_factory, saved_venv_when_ready):
     (inventory / "group_vars" / "gateway").mkdir()
     (inventory / "group_vars" / "gateway" / "gateway.yml").write_text(
         yaml.safe_dump(
-            {"fleet_gateway_deb_dir": str(gateway_debs()), "fleet_gateway_listen_address": "0.0.0.0"}
+            {
+                "fleet_gateway_deb_dir": str(gateway_debs()),
+                "fleet_gateway_listen_address": "0.0.0.0",
+                # A check is a generation through both ranks, after which each rank's worker busy-polls its
+                # queue for a second: every 10 s while UP, every 2 s once a check failed or it is down
+                # (HAProxy's fastinter and downinter), so a dead or restarted rank 0 is seen as soon.
+                "fleet_gateway_check_interval": 10,
+                "fleet_gateway_check_fast_interval": 2,
+            }
         )
     )
     run([CLI, "lab", "down", "--name", NAME], timeout=300)
@@ -457,11 +465,11 @@ def test_a_rollout_whose_start_fails_rolls_both_ranks_back_and_the_instance_serv
 
 
 def test_a_killed_rank_1_ends_rank_0_at_the_gateways_next_check_and_verify_names_it(group: Group) -> None:
-    """Behind the gateway rank 0 is never idle: HAProxy's check is a generation through both stages, so the
-    check after rank 1's death fails on rank 0 (its worker's Gloo pair to rank 1 is closed), rank 0's engine
-    dies, and its API server exits 0. Then verify fails on both hosts and names rank 1. (systemd restarts
-    rank 1, Restart=on-failure, and a restarted rank 1 alone never joins: its wait ends as crashed or a
-    timeout.)"""
+    """Behind the gateway rank 0 is never idle: HAProxy's check is a generation through both stages (every 10
+    s here), so the check after rank 1's death fails on rank 0 (its worker's Gloo pair to rank 1 is closed),
+    rank 0's engine dies, and its API server exits 0. Then verify fails on both hosts and names rank 1.
+    (systemd restarts rank 1, Restart=on-failure, and a restarted rank 1 alone never joins: its wait ends as
+    crashed or a timeout.)"""
     plan = group.plan
     sh(plan, 1, f"systemctl kill --signal=SIGKILL {UNIT}")
     started = time.monotonic()

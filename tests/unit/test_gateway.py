@@ -159,6 +159,26 @@ def test_an_open_gateway_beyond_loopback_is_refused(generated, tmp_path: Path) -
     assert haproxy_check(config, tmp_path, key=None).returncode == 0
 
 
+def test_a_fast_interval_checks_a_changing_or_down_server_sooner_and_haproxy_takes_it(
+    generated, tmp_path: Path
+) -> None:
+    """--check-fast-interval (fleet_gateway_check_fast_interval) renders HAProxy's fastinter and downinter on
+    every server; without it the line is as before; more than the check interval is refused, naming it."""
+    inv, out = generated
+    assert "fastinter" not in (out / "haproxy.cfg").read_text()
+    done = gateway(inv, tmp_path / "out", *LIMIT, "--check-interval", "10", "--check-fast-interval", "2")
+    assert done.returncode == 0, done.stderr
+    config = (tmp_path / "out" / "haproxy.cfg").read_text()
+    assert config.count("default-server check inter 10s fastinter 2s downinter 2s fall 2 rise 1") == 2
+    checked = haproxy_check(config, tmp_path, key=None)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    done = gateway(inv, tmp_path / "out2", *LIMIT, "--check-interval", "5", "--check-fast-interval", "6")
+    assert done.returncode == 2
+    assert "fleet_gateway_check_fast_interval: 6 is not 0" in done.stderr
+    assert "up to fleet_gateway_check_interval (5)" in done.stderr
+    assert not (tmp_path / "out2").exists()
+
+
 def _plans(generated) -> dict[str, HostPlan]:
     inv, _ = generated
     from vllm_fleet.plan.inventory import plan_inventory

@@ -49,6 +49,7 @@ def _handle(args: argparse.Namespace) -> int:
         allow_unauthenticated=args.allow_unauthenticated,
         runtime_socket=args.runtime_socket,
         check_interval_s=args.check_interval,
+        check_fast_interval_s=args.check_fast_interval,
         server_timeout_s=args.server_timeout,
         client_timeout_s=args.server_timeout,
     )  # refused before the (slow) plan is built
@@ -107,6 +108,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--runtime-socket", default=RUNTIME_SOCKET, help="the runtime API's socket")
     parser.add_argument("--check-interval", type=int, default=5, help="seconds between readiness checks")
+    parser.add_argument(
+        "--check-fast-interval",
+        type=int,
+        default=0,
+        help="seconds between checks of a server that changes state or is down (0: the check interval)",
+    )
     parser.add_argument(
         "--server-timeout", type=int, default=600, help="seconds a request may go without a byte either way"
     )

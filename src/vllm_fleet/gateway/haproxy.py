@@ -47,6 +47,10 @@ class GatewaySettings:
     allow_unauthenticated: bool = False
     runtime_socket: str = RUNTIME_SOCKET
     check_interval_s: int = 5
+    # HAProxy's fastinter and downinter: the interval while a server changes state or is down (0: the same as
+    # check_interval_s). A long steady interval with a short one here finds a restarted instance soon
+    # without a generation every few seconds on every healthy one.
+    check_fast_interval_s: int = 0
     check_fall: int = 2
     check_rise: int = 1
     check_timeout_s: int = 30
@@ -77,6 +81,12 @@ class GatewaySettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise FleetInputError(f"{v}{name}: {value!r} is not a positive integer; give e.g. 5")
+        fast = self.check_fast_interval_s
+        if isinstance(fast, bool) or not isinstance(fast, int) or not 0 <= fast <= self.check_interval_s:
+            raise FleetInputError(
+                f"{v}check_fast_interval: {fast!r} is not 0 (the same as {v}check_interval) or a whole "
+                f"number of seconds up to {v}check_interval ({self.check_interval_s}); give e.g. 2"
+            )
         if not (self.keyed or self.allow_unauthenticated or is_loopback(self.listen_address)):
             raise FleetInputError(
                 f"{v}listen_address: {self.listen_address or '(every interface)'!r} serves beyond this "
@@ -111,6 +121,11 @@ def check_lines(model: str, keyed: bool) -> list[str]:
     ]
 
 
+def _fast_intervals(settings: GatewaySettings) -> str:
+    fast = settings.check_fast_interval_s
+    return f" fastinter {fast}s downinter {fast}s" if fast else ""
+
+
 def backend_lines(instance_set: InstanceSet, settings: GatewaySettings) -> list[str]:
     lines = [
         f"backend {instance_set.backend}",
@@ -120,8 +135,8 @@ def backend_lines(instance_set: InstanceSet, settings: GatewaySettings) -> list[
         # the instance with the fewest requests in flight: generations differ in length by orders of magnitude
         "    balance leastconn",
         *check_lines(instance_set.servers[0].model, settings.keyed),
-        f"    default-server check inter {settings.check_interval_s}s fall {settings.check_fall}"
-        f" rise {settings.check_rise}",
+        f"    default-server check inter {settings.check_interval_s}s{_fast_intervals(settings)}"
+        f" fall {settings.check_fall} rise {settings.check_rise}",
     ]
     lines += [f"    server {s.name} {s.address}" for s in instance_set.servers]
     return lines

@@ -506,9 +506,13 @@ def _verify_wheelhouse(dest: Path, version: str, progress: OnProgress = _no_prog
     remove_tree(venv)
     try:
         run([sys.executable, "-m", "venv", str(venv)], timeout=120, what="python -m venv (wheelhouse check)")
+        (venv / "tmp").mkdir()
         py = str(venv / "bin/python")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env["PIP_CONFIG_FILE"] = os.devnull
+        # vLLM's import makes torch's /tmp/torchinductor_<user>, left behind after the check: its temporary
+        # files go inside the venv, which is deleted afterwards
+        env["TMPDIR"] = str(venv / "tmp")
         lock = (dest / "requirements.lock").read_text().splitlines()
         wheels = sum(1 for line in lock if line.strip() and not line.startswith("#"))
         tally = PipTally()

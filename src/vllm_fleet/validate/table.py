@@ -165,6 +165,7 @@ VARIABLES: dict[str, Kind] = {
         kinds.path("/run/haproxy/admin.sock", under=("/run", "/var/run", "/var/lib/haproxy"), spaces=False),
     ),
     "fleet_gateway_check_interval": SHORT_SECONDS,
+    "fleet_gateway_check_fast_interval": SECONDS_OR_ZERO,
     "fleet_gateway_ready_timeout": SECONDS_OR_ZERO,
     "fleet_gateway_server_timeout": SECONDS,
     # UTF-8 text runs 1-4 bytes a character, a token a few characters: 64 is far beyond any tokenizer
