@@ -80,7 +80,7 @@ import yaml
 from vllm_fleet.gateway.drain import parse_read, read_argv, stat_rows
 from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab import spec as lab
-from vllm_fleet.lab.debs import gateway_debs
+from vllm_fleet.lab.debs import gateway_group_vars
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -296,21 +296,10 @@ def group(tmp_path_factory, saved_venv_when_ready):
             "vllm_service_extra_env": "{{ mnode_extra_env | combine(mnode_env_change | default({})) }}",
         }
         (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(rank_env))
-    # offline from the lab cache's haproxy .debs (fetched before the lab is up: a failure leaves no lab)
+    # offline from the lab cache's haproxy .debs (fetched before the lab is up: a failure leaves no lab); a
+    # healthy server checked every 10 s, one that failed a check or is down every 2 s (gateway_group_vars)
     (inventory / "group_vars" / "gateway").mkdir()
-    (inventory / "group_vars" / "gateway" / "gateway.yml").write_text(
-        yaml.safe_dump(
-            {
-                "fleet_gateway_deb_dir": str(gateway_debs()),
-                "fleet_gateway_listen_address": "0.0.0.0",
-                # A check is a generation through both ranks, after which each rank's worker busy-polls its
-                # queue for a second: every 10 s while UP, every 2 s once a check failed or it is down
-                # (HAProxy's fastinter and downinter), so a dead or restarted rank 0 is seen as soon.
-                "fleet_gateway_check_interval": 10,
-                "fleet_gateway_check_fast_interval": 2,
-            }
-        )
-    )
+    (inventory / "group_vars" / "gateway" / "gateway.yml").write_text(yaml.safe_dump(gateway_group_vars()))
     run([CLI, "lab", "down", "--name", NAME], timeout=300)
     up = run(
         [

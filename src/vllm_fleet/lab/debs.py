@@ -34,3 +34,16 @@ def fetch_debs(folder: Path, debs: tuple[str, ...]) -> Path:
 
 def gateway_debs() -> Path:
     return fetch_debs(lab_root() / "cache" / GATEWAY_DEB_DIR, GATEWAY_DEBS)
+
+
+def gateway_group_vars() -> dict[str, object]:
+    """The variables of a lab's `gateway` group: HAProxy from the lab cache's .debs, on every interface (the
+    lab's addresses exist only in its namespaces), a healthy server checked every 10 s and one that failed a
+    check or is down every 2 s. A check is a generation, after which vLLM's worker busy-polls its queue for a
+    second: an idle lab instance checked every 2 s kept 40 % of a core busy (issue 32)."""
+    return {
+        "fleet_gateway_deb_dir": str(gateway_debs()),
+        "fleet_gateway_listen_address": "0.0.0.0",
+        "fleet_gateway_check_interval": 10,
+        "fleet_gateway_check_fast_interval": 2,
+    }
