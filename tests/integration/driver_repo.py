@@ -145,6 +145,13 @@ def make_key(gnupghome: Path) -> tuple[str, str]:
     return fingerprint, armored
 
 
+def stop_agent(gnupghome: Path) -> None:
+    """Stop the gpg-agent that gpg started for `gnupghome` (making a key, signing): it outlives the test
+    otherwise, a daemon on a deleted GNUPGHOME (issue 32: one was still running after the suite)."""
+    env = {**os.environ, "GNUPGHOME": str(gnupghome)}
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True, check=False, timeout=60)
+
+
 def _control(deb: Path, field: str) -> str:
     return _run(["dpkg-deb", "-f", str(deb), field]).strip()
 
@@ -181,10 +188,7 @@ def build_repo(debs: Path, dest: Path, gnupghome: Path) -> SignedRepo:
             argv = ["reprepro", "-b", str(dest), "-C", component, "includedeb", suite, *map(str, group)]
             _run(argv, env=env)
     finally:
-        # gpg started an agent for the key and the signing: it outlives the test otherwise (a daemon on a
-        # deleted GNUPGHOME), also when a step above failed
-        kill = ["gpgconf", "--kill", "gpg-agent"]
-        subprocess.run(kill, env=env, capture_output=True, check=False, timeout=60)
+        stop_agent(gnupghome)
     key_file = dest.parent / "repo-key.asc"
     key_file.write_text(armored)
     return SignedRepo(dest, key_file, fingerprint, components, (SUITE, SECURITY_SUITE))

@@ -15,9 +15,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import driver_repo
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -119,37 +123,21 @@ def lab_inventory(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def mirror_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A throw-away signing key for the mirror the check-mode run points at: (its armored public key's file,
+    its fingerprint). The gpg-agent that making it started is stopped (it was left running after the
+    suite)."""
     home = tmp_path_factory.mktemp("gnupg")
-    home.chmod(0o700)
-    gpg_env = {**os.environ, "GNUPGHOME": str(home)}
-    subprocess.run(
-        [
-            "gpg",
-            "--batch",
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            "test mirror <m@lab.invalid>",
-            "ed25519",
-            "sign",
-        ],
-        env=gpg_env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    try:
+        fingerprint, armored = driver_repo.make_key(home)
+    finally:
+        driver_repo.stop_agent(home)
+    deadline = time.monotonic() + 10
+    while (agents := subprocess.run(["pgrep", "-af", str(home)], capture_output=True, text=True)).stdout:
+        assert time.monotonic() < deadline, agents.stdout  # nothing of gpg's left running
+        time.sleep(0.5)
     key = home / "mirror.asc"
-    subprocess.run(["gpg", "--armor", "--export", "--output", str(key)], env=gpg_env, check=True, timeout=60)
-    listing = subprocess.run(
-        ["gpg", "--with-colons", "--list-keys"],
-        env=gpg_env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    fpr = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
-    return str(key), fpr
+    key.write_text(armored)
+    return str(key), fingerprint
 
 
 def test_check_mode_on_a_fresh_host_changes_nothing(lab_inventory: Path, mirror_key: tuple[str, str]) -> None:
