@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_fleet.errors import FleetInputError
 from vllm_fleet.validate import kinds, policy
 from vllm_fleet.validate.kinds import Context, Kind
 
@@ -80,6 +81,20 @@ def gateway_listen(value: Any, variable: str, context: Context) -> None:
         keyed=bool(context.variables.get("fleet_gateway_api_key")),
         allow_unauthenticated=policy.opted_in(context, "fleet_gateway_allow_unauthenticated"),
     )
+
+
+def gateway_check_fast_interval(value: Any, variable: str, context: Context) -> None:
+    """Seconds (0: the check interval), at most fleet_gateway_check_interval, by the gateway's own rule
+    (GatewaySettings). An interval that is itself wrong is its own kind's to report."""
+    from vllm_fleet.gateway.haproxy import GatewaySettings
+
+    kinds.number(0, 3600, integer=True)(value, variable, context)
+    interval = context.variables.get("fleet_gateway_check_interval", GatewaySettings.check_interval_s)
+    try:
+        kinds.number(1, 3600, integer=True)(interval, "fleet_gateway_check_interval", context)
+    except FleetInputError:
+        return
+    GatewaySettings(check_interval_s=int(float(interval)), check_fast_interval_s=int(float(value)))
 
 
 def loadtest_setting(value: Any, variable: str, context: Context) -> None:
@@ -165,7 +180,7 @@ VARIABLES: dict[str, Kind] = {
         kinds.path("/run/haproxy/admin.sock", under=("/run", "/var/run", "/var/lib/haproxy"), spaces=False),
     ),
     "fleet_gateway_check_interval": SHORT_SECONDS,
-    "fleet_gateway_check_fast_interval": SECONDS_OR_ZERO,
+    "fleet_gateway_check_fast_interval": Kind("seconds", gateway_check_fast_interval),
     "fleet_gateway_ready_timeout": SECONDS_OR_ZERO,
     "fleet_gateway_server_timeout": SECONDS,
     # UTF-8 text runs 1-4 bytes a character, a token a few characters: 64 is far beyond any tokenizer
