@@ -6,7 +6,8 @@ after the rollout (issue 30; the lab test tests/integration/test_gateway_lab.py 
     sudo .venv/bin/python benchmarks/rollout_under_load.py [--name gw-bench] [--keep] [--json] [--out DIR]
     sudo .venv/bin/python benchmarks/rollout_under_load.py --inventory DIR   # a lab as lab_inventory makes
 
-The lab: 2 hosts (systemd-nspawn, real systemd, the real vLLM CPU build serving the tiny model), host 1 in set
+The lab: 2 hosts (systemd-nspawn, real systemd, the real vLLM CPU build serving the tiny model, its worker in
+the engine core's process: vllm_fleet.lab.spec.engine_in_process_vars), host 1 in set
 `long` and also the gateway (Debian's haproxy from the lab cache's .debs, installed by playbooks/gateway.yml),
 host 2 in set `short` with a shorter max_model_len (SHORT_MAX_MODEL_LEN against LONG_MAX_MODEL_LEN). The load
 is `vllm bench serve` from the lab's own vLLM on host 1 against the gateway: random prompts that fit the short
@@ -60,6 +61,7 @@ from vllm_fleet.gateway.drain import parse_read, read_argv
 from vllm_fleet.gateway.haproxy import RUNTIME_SOCKET
 from vllm_fleet.gateway.underload import bench_requests, phase_figures
 from vllm_fleet.lab.debs import gateway_group_vars
+from vllm_fleet.lab.spec import engine_in_process_vars
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -113,6 +115,11 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
     (folder / "host_vars").mkdir(parents=True, exist_ok=True)
     (folder / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
     shutil.copy(LAB_VARS, folder / "group_vars" / "lab" / "vllm.yml")
+    # each instance's worker in its engine core's process: under the load an `mp` instance's worker and
+    # engine core busy-poll their queue, two cores of this machine's two (engine_in_process_vars)
+    (folder / "group_vars" / "lab" / "zz-engine-in-process.yml").write_text(
+        yaml.safe_dump(engine_in_process_vars(yaml.safe_load(LAB_VARS.read_text())))
+    )
     for host, instance_set, max_model_len in (
         (hosts[0], "long", LONG_MAX_MODEL_LEN),
         (hosts[1], "short", SHORT_MAX_MODEL_LEN),

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vllm_fleet.lab import build as lab_build
 from vllm_fleet.lab import spec as lab
@@ -186,17 +187,23 @@ def own_installed_lab(
     worker, beside the shared lab. Its host starts with the venv the shared lab saved (`lab up
     --preinstalled-vllm`), so install.yml finds vLLM at the pin (about 10 s, no pip); without a saved venv
     it installs it. Taken down when the module's fixture ends; VLLM_FLEET_LAB_INVENTORY reuses a lab as
-    installed_lab does."""
+    installed_lab does. `engine_in_process`: vLLM's worker runs in its engine core's process
+    (vllm_fleet.lab.spec.engine_in_process_vars), for a module whose subject is not vLLM's process layout."""
 
     @contextlib.contextmanager
-    def own(name: str, work: Path) -> Iterator[InstalledLab]:
+    def own(name: str, work: Path, *, engine_in_process: bool = False) -> Iterator[InstalledLab]:
         reuse = os.environ.get(REUSE_ENV)
         if reuse:
             yield InstalledLab(Path(reuse), 0.0, 0.0)
             return
         inventory = work / "inventory"
         (inventory / "group_vars" / "lab").mkdir(parents=True)
-        shutil.copy(INVENTORY / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
+        lab_vars_file = INVENTORY / "group_vars" / "lab" / "vllm.yml"
+        shutil.copy(lab_vars_file, inventory / "group_vars" / "lab")
+        if engine_in_process:
+            (inventory / "group_vars" / "lab" / "zz-engine-in-process.yml").write_text(
+                yaml.safe_dump(lab.engine_in_process_vars(yaml.safe_load(lab_vars_file.read_text())))
+            )
         cli = str(BIN / "vllm-fleet")
         started = time.monotonic()
         try:

@@ -1,7 +1,8 @@
 """The gateway and drained rollouts on a lab of their own: 2 hosts (systemd-nspawn, real systemd, the real
-vLLM CPU build, the tiny model), host 1 in set `long` and also the gateway (Debian bookworm's haproxy 2.6
-from the lab cache's .debs, installed by playbooks/gateway.yml with the haproxy.cfg `vllm-fleet gateway`
-generated from the lab's plans), host 2 in set `short` (max_model_len 256 against the long set's 1024).
+vLLM CPU build, the tiny model, each worker in its engine core's process as in test_rollout_lab), host 1 in
+set `long` and also the gateway (Debian bookworm's haproxy 2.6 from the lab cache's .debs, installed by
+playbooks/gateway.yml with the haproxy.cfg `vllm-fleet gateway` generated from the lab's plans), host 2 in
+set `short` (max_model_len 256 against the long set's 1024).
 
 - A short prompt lands on the short set's server and a long one on the long set's: HAProxy's own per-server
   counters (`show stat` stot, read on its runtime socket) say so; a request without the key gets 401 from the

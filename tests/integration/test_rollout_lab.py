@@ -115,14 +115,13 @@ def fleet(tmp_path_factory, saved_venv_when_ready):
     inventory = work / "inventory"
     (inventory / "group_vars" / "lab").mkdir(parents=True)
     shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
-    # These tests restart vLLM eleven times. Its engine runs inside the API server's process here
-    # (VLLM_ENABLE_V1_MULTIPROCESSING=0: one process imports torch and vLLM, not three; a start took 45-53 s
-    # instead of 69-122 s on this 2-core machine): what is under test is the rollout's order, verdicts and
-    # rollback, which do not depend on vLLM's process layout. The shared lab and molecule keep vLLM's own.
+    # These tests restart vLLM eleven times. Its worker runs inside the engine core's process here
+    # (vllm_fleet.lab.spec.engine_in_process_vars: two processes import torch and vLLM, not three; a start
+    # took 45-53 s instead of 69-122 s on this 2-core machine): what is under test is the rollout's order,
+    # verdicts and rollback, which do not depend on vLLM's process layout.
     lab_vars = yaml.safe_load((ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml").read_text())
-    in_process = {**lab_vars["vllm_service_extra_env"], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     (inventory / "group_vars" / "lab" / "zz-engine-in-process.yml").write_text(
-        yaml.safe_dump({"vllm_service_extra_env": in_process})
+        yaml.safe_dump(lab.engine_in_process_vars(lab_vars))
     )
     if not REUSE:
         run([CLI, "lab", "down", "--name", NAME], timeout=300)

@@ -388,3 +388,14 @@ def test_reuse_if_up_answers_only_for_the_same_lab_that_is_up(tmp_path: Path) ->
     assert lab_run._same_lab(plan, state, plan, True)
     assert not lab_run._same_lab(plan, state, lab.plan_lab("rr", ["rr-1", "rr-2"], tmp_path), True)
     assert not lab_run._same_lab(plan, state, plan, False)
+
+
+def test_engine_in_process_vars_keep_the_labs_environment_and_add_vllms_switch():
+    """The lab's own variables (inventory/group_vars/lab/vllm.yml) stay; only VLLM_ENABLE_V1_MULTIPROCESSING
+    is added, and the lab's file does not set it already (the shared lab keeps vLLM's default layout)."""
+    lab_vars = yaml.safe_load((REPO / "inventory" / "group_vars" / "lab" / "vllm.yml").read_text())
+    env = lab_vars["vllm_service_extra_env"]
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
+    assert lab.engine_in_process_vars(lab_vars) == {
+        "vllm_service_extra_env": {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    }

@@ -47,6 +47,19 @@ CONTROLLER_TOOLS = (
 )
 
 
+def engine_in_process_vars(lab_vars: dict[str, Any]) -> dict[str, Any]:
+    """The lab variables (inventory/group_vars/lab/vllm.yml, parsed) for a lab whose vLLM runs its engine's
+    worker inside the engine core process: VLLM_ENABLE_V1_MULTIPROCESSING=0 lets vLLM's CPU build keep the
+    one-process executor it picks for one device (otherwise it forces `mp`). Two processes import torch and
+    vLLM at a start instead of three (about 9 s of CPU less on this 2-core machine), and no worker busy-polls
+    vLLM's shared-memory queue for a second after each step (a serving `mp` instance keeps two cores busy).
+    The API server, the engine core, the drain on SIGTERM and every log line the verify role reads are
+    vLLM's own. For the labs that test rollouts, drains and convergence; the shared lab, hardening and
+    molecule keep vLLM's default process layout, and a multi-host instance needs it."""
+    env = {**lab_vars["vllm_service_extra_env"], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    return {"vllm_service_extra_env": env}
+
+
 def lab_root(env: dict[str, str] | None = None) -> Path:
     """The folder holding cached artefacts and per-lab state (`$VLLM_FLEET_LAB_ROOT`, else the default)."""
     env = os.environ if env is None else env
