@@ -26,9 +26,11 @@ during the rest of the rollout, after it.
 
 The negative control runs first and rolls the loaded host alone (the other carries none of this load) with
 vllm_service_drain=false, changing `--max-num-seqs` only: the process it stops aborts (the lab's 0), and the
-unit's stop timeout stays the abort's (deploy.service.STOP_TIMEOUT, 120 s). vLLM 0.32's abort kills the
-engine but leaves the open streams waiting ("Waiting for connections to close") until systemd kills the
-process: the streams in flight are cut. Before, the control ran after the drained run and stopped a process
+unit's stop timeout stays the abort's (deploy.service.STOP_TIMEOUT, 120 s). The streams in flight end with
+HTTP 500, and the gateway sends requests to the stopped server until its check fails (503). (With vLLM's
+worker in a process of its own, the abort left the open streams waiting, "Waiting for connections to close",
+until systemd killed the process after 120 s: docs/interfaces.md.) Before, the control ran after the drained
+run and stopped a process
 started with that run's --shutdown-timeout, which finished its requests itself (CI, stop 36: none lost); a
 control that changes --shutdown-timeout itself stops the old process under the new unit's TimeoutStopSec
 (docs/interfaces.md, "Files on a target host": seen hanging 10 min, until HAProxy's `timeout server`).

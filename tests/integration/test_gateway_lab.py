@@ -11,9 +11,10 @@ set `short` (max_model_len 256 against the long set's 1024).
   The negative control (vllm_service_drain false: a restart of the loaded host, the short set's, without
   leaving the gateway, changing its --max-num-seqs) loses or truncates requests: the measurement sees
   failures when there are some. It rolls that host alone (the long set's host carries none of the load) and
-  comes first, so that the process it stops is one that aborts: vLLM 0.32 then holds the streams in flight
-  until systemd's stop timeout (120 s) kills it. After the drained run the stopped process had that run's
-  --shutdown-timeout, finished its requests itself, and the control lost none (CI, stop 36).
+  comes first, so that the process it stops is one that aborts: its streams in flight end with HTTP 500 and
+  the gateway sends the next requests to the stopped server until its check fails (503). After the drained
+  run the stopped process had that run's --shutdown-timeout, finished its requests itself, and the control
+  lost none (CI, stop 36).
 - A rollout of every instance (playbooks/rollout.yml, serial 1) under 8 concurrent streams of `vllm bench
   serve` through the gateway, from the loaded host's turn on (a pre-change hook, vllm_rollout_pre_host_hooks,
   holds the turn until the load flows), loses no request and truncates none (`--ignore-eos`: every request
@@ -53,8 +54,10 @@ LAB = "gwtest"
 # The load must still run when the loaded host (the short set's, rolled first) stops. It starts at that host's
 # turn (the benchmark's pre-change hook holds the turn until the load flows), and the turn reaches the stop
 # after its argv check and writes: 2000 requests (136 s, 14.7 a second) ended before it once, with the argv
-# check taking 73 s under the load (this machine, the shared lab's verify module beside it); 1500 requests
-# counted from the rollout's start had ended 3 s before it (fresh clone, session 16).
+# check taking 73 s under the load (this machine, the shared lab's verify module beside it, before the lab's
+# worker ran in its engine core's process); 1500 requests counted from the rollout's start had ended 3 s
+# before it (fresh clone, session 16). With the worker in-process, 3000 requests took 125-145 s alone (session
+# 20), and the control's stop came about 35 s into them.
 OPTIONS = ["--requests", "3000", "--steady", "15"]
 
 
