@@ -63,7 +63,7 @@ from vllm_fleet.gateway.drain import parse_read, read_argv
 from vllm_fleet.gateway.haproxy import RUNTIME_SOCKET
 from vllm_fleet.gateway.underload import bench_requests, phase_figures
 from vllm_fleet.lab.debs import gateway_group_vars
-from vllm_fleet.lab.spec import engine_in_process_vars
+from vllm_fleet.lab.run import write_engine_in_process_vars
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -118,10 +118,8 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
     (folder / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
     shutil.copy(LAB_VARS, folder / "group_vars" / "lab" / "vllm.yml")
     # each instance's worker in its engine core's process: under the load an `mp` instance's worker and
-    # engine core busy-poll their queue, two cores of this machine's two (engine_in_process_vars)
-    (folder / "group_vars" / "lab" / "zz-engine-in-process.yml").write_text(
-        yaml.safe_dump(engine_in_process_vars(yaml.safe_load(LAB_VARS.read_text())))
-    )
+    # engine core busy-poll their queue, two cores of this machine's two (lab.spec.engine_in_process_vars)
+    write_engine_in_process_vars(folder / "group_vars" / "lab")
     for host, instance_set, max_model_len in (
         (hosts[0], "long", LONG_MAX_MODEL_LEN),
         (hosts[1], "short", SHORT_MAX_MODEL_LEN),

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from vllm_fleet.lab import build as lab_build
+from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab import spec as lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,12 +198,9 @@ def own_installed_lab(
             return
         inventory = work / "inventory"
         (inventory / "group_vars" / "lab").mkdir(parents=True)
-        lab_vars_file = INVENTORY / "group_vars" / "lab" / "vllm.yml"
-        shutil.copy(lab_vars_file, inventory / "group_vars" / "lab")
+        shutil.copy(INVENTORY / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
         if engine_in_process:
-            (inventory / "group_vars" / "lab" / "zz-engine-in-process.yml").write_text(
-                yaml.safe_dump(lab.engine_in_process_vars(yaml.safe_load(lab_vars_file.read_text())))
-            )
+            lab_run.write_engine_in_process_vars(inventory / "group_vars" / "lab")
         cli = str(BIN / "vllm-fleet")
         started = time.monotonic()
         try:

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from vllm_fleet.lab import run as lab_run
 from vllm_fleet.lab import spec as lab
@@ -119,10 +118,7 @@ def fleet(tmp_path_factory, saved_venv_when_ready):
     # (vllm_fleet.lab.spec.engine_in_process_vars: two processes import torch and vLLM, not three; a start
     # took 45-53 s instead of 69-122 s on this 2-core machine): what is under test is the rollout's order,
     # verdicts and rollback, which do not depend on vLLM's process layout.
-    lab_vars = yaml.safe_load((ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml").read_text())
-    (inventory / "group_vars" / "lab" / "zz-engine-in-process.yml").write_text(
-        yaml.safe_dump(lab.engine_in_process_vars(lab_vars))
-    )
+    lab_run.write_engine_in_process_vars(inventory / "group_vars" / "lab")
     if not REUSE:
         run([CLI, "lab", "down", "--name", NAME], timeout=300)
     # Rollouts, not pip, are under test here (the shared lab and molecule/install install vLLM for real): the

@@ -399,3 +399,17 @@ def test_engine_in_process_vars_keep_the_labs_environment_and_add_vllms_switch()
     assert lab.engine_in_process_vars(lab_vars) == {
         "vllm_service_extra_env": {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     }
+
+
+def test_engine_in_process_vars_file_loads_after_the_labs_and_holds_them(tmp_path: Path):
+    """The writer the lab tests and the gateway benchmark call: beside a copy of the lab's vllm.yml, a file
+    Ansible loads after it (group_vars files load in name order) holding the in-process variables."""
+    group_vars_lab = tmp_path / "group_vars" / "lab"
+    group_vars_lab.mkdir(parents=True)
+    lab_vars_file = REPO / "inventory" / "group_vars" / "lab" / "vllm.yml"
+    (group_vars_lab / "vllm.yml").write_text(lab_vars_file.read_text())
+    written = lab_run.write_engine_in_process_vars(group_vars_lab)
+    assert sorted(p.name for p in group_vars_lab.iterdir()) == ["vllm.yml", written.name]
+    assert yaml.safe_load(written.read_text()) == lab.engine_in_process_vars(
+        yaml.safe_load(lab_vars_file.read_text())
+    )
