@@ -236,6 +236,39 @@ def load_hook(folder: Path, loaded_host: str) -> Path:
     return hook
 
 
+def back_hook(folder: Path, loaded_host: str) -> Path:
+    """A post-verification hook (vllm_rollout_post_host_hooks): the loaded host's turn is over (restarted,
+    verified and, in the drained run, back in the gateway). The benchmark notes when, so that a run can show
+    the load still flowed after it: a load that ended earlier never sent a request to the returned host."""
+    hook = folder / "back_hook.yml"
+    tasks = [
+        {
+            "name": "Tell rollout_under_load.py that the loaded host's turn is over",
+            "ansible.builtin.copy": {"dest": str(folder / "back"), "content": "back\n", "mode": "0644"},
+            "delegate_to": "localhost",
+            "when": f"inventory_hostname == {loaded_host!r}",
+        },
+    ]
+    hook.write_text(yaml.safe_dump(tasks, sort_keys=False))
+    return hook
+
+
+def wait_for_rollout(folder: Path, rollout: subprocess.Popen[str], timeout: float = 1200) -> float | None:
+    """Waits for the rollout to end; returns when (time.monotonic()) the loaded host's turn was over, None
+    when it never was (a failed turn)."""
+    deadline = time.monotonic() + timeout
+    back_at = None
+    while rollout.poll() is None:
+        if back_at is None and (folder / "back").exists():
+            back_at = time.monotonic()
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(rollout.args, timeout)
+        time.sleep(0.5)
+    if back_at is None and (folder / "back").exists():  # written in the rollout's last half second
+        back_at = time.monotonic()
+    return back_at
+
+
 def wait_for_turn(folder: Path, rollout: subprocess.Popen[str], log: Path, timeout: float = 900) -> None:
     deadline = time.monotonic() + timeout
     while not (folder / "go").exists():
@@ -249,7 +282,7 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
     starts first and waits in load_hook at the loaded host's turn; the load starts then, runs `--steady`
     seconds (the phase "before"), and the turn goes on."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("go", "flowing"):
+    for name in ("go", "flowing", "back"):
         (folder / name).unlink(missing_ok=True)
     hosts, gateway, address = hosts_of(inv)
     # the short set's host first: it carries the load, so the rollout starts where requests are in flight
@@ -258,6 +291,7 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "vllm_rollout_serial": [1],
         "vllm_rollout_canary": [hosts[1]],
         "vllm_rollout_pre_host_hooks": [str(load_hook(folder, hosts[1]))],
+        "vllm_rollout_post_host_hooks": [str(back_hook(folder, hosts[1]))],
         **change,
     }
     if not drained:
@@ -293,7 +327,7 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
             time.sleep(args.steady)
             start = time.monotonic()
             (folder / "flowing").write_text("flowing\n")
-            rollout.wait(timeout=1200)
+            back_at = wait_for_rollout(folder, rollout)
             end = time.monotonic()
             out, _ = bench.communicate(timeout=args.timeout + 120)
         finally:
@@ -309,7 +343,9 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "fetch the benchmark's result",
     )  # fmt: skip
     result = json.loads(fetched.read_text())
-    phases = phase_figures(bench_requests(result), start, end, args.output_len)
+    requests = bench_requests(result)
+    phases = phase_figures(requests, start, end, args.output_len)
+    after_back = None if back_at is None else sum(r.start > back_at for r in requests)
     return {
         "drained": drained,
         "change": change,
@@ -320,6 +356,10 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "drains": drain_results(rollout_out),
         "bench_rc": bench.returncode,
         "load_s": round(float(result.get("duration") or 0), 1),
+        # the loaded host's turn ended this long after the rollout went on, and so many requests started
+        # after it (None: its turn never ended)
+        "loaded_host_back_s": None if back_at is None else round(back_at - start, 1),
+        "requests_after_loaded_host_back": after_back,
         "bench_tail": out[-600:],
         "hosts": hosts,
         "phases": {p: f.to_dict() for p, f in phases.items()},
@@ -352,6 +392,11 @@ def table(runs: list[dict[str, Any]]) -> str:
                 f"{label:<22} {phase:<7} {f['requests']:>8} {f['failed']:>6} {f['truncated']:>9} {p99:>11}"
             )
         lines.append(f"{'':<22} rollout {r['rollout_s']} s, {'ok' if r['rollout_ok'] else 'FAILED'}")
+        if r["loaded_host_back_s"] is not None:
+            lines.append(
+                f"{'':<22} the loaded host's turn ended {r['loaded_host_back_s']} s in; the load sent "
+                f"{r['requests_after_loaded_host_back']} requests after it (load {r['load_s']} s)"
+            )
     return "\n".join(lines)
 
 

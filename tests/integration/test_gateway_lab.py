@@ -51,14 +51,18 @@ import rollout_under_load as bench  # noqa: E402  benchmarks/rollout_under_load.
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 LAB = "gwtest"
-# The load must still run when the loaded host (the short set's, rolled first) stops. It starts at that host's
-# turn (the benchmark's pre-change hook holds the turn until the load flows), and the turn reaches the stop
-# after its argv check and writes: 2000 requests (136 s, 14.7 a second) ended before it once, with the argv
-# check taking 73 s under the load (this machine, the shared lab's verify module beside it, before the lab's
-# worker ran in its engine core's process); 1500 requests counted from the rollout's start had ended 3 s
-# before it (fresh clone, session 16). With the worker in-process, 3000 requests took 125-145 s alone (session
-# 20), and the control's stop came about 35 s into them.
-OPTIONS = ["--requests", "3000", "--steady", "15"]
+# The load starts at the loaded host's turn (the short set's, rolled first: the benchmark's pre-change hook
+# holds the turn until the load flows) and must outlast that host's stop. With the worker in its engine
+# core's process, 3000 requests took 125-145 s alone (session 20) and the control's stop came about 35 s
+# into them: the control, which rolls that host alone and needs nothing after its stop, sends 1500 (about
+# 65 s alone, twice the time to the stop; its 3000 ran on for 90 s after it, a minute and a half of both
+# cores). The drained run must also cover the host's return to the gateway and the other host's turn: its
+# load of 3000 ended about 20 s after the loaded host's return in CI (stop 39), and the test asserts that
+# requests still started after that return (the benchmark's post-verification hook notes it). Before the
+# hook, 2000 requests (136 s, 14.7 a second) ended before the stop once, with the argv check taking 73 s
+# under the load (before the lab's worker ran in its engine core's process).
+OPTIONS = ["--steady", "15"]
+REQUESTS = {"control": 1500, "drained": 3000}
 
 
 @pytest.fixture(scope="module")
@@ -140,12 +144,14 @@ def _run(lab: Path, work: Path, which: str) -> dict:
     # a lab given by VLLM_FLEET_GATEWAY_LAB_INVENTORY gets its values back after each run
     leave = [] if os.environ.get("VLLM_FLEET_GATEWAY_LAB_INVENTORY") else ["--no-restore"]
     args = [f"--inventory={lab}", f"--out={work}", "--only", which, "--json", *OPTIONS, *leave]
+    args += ["--requests", str(REQUESTS[which])]
     script = str(ROOT / "benchmarks" / "rollout_under_load.py")
     done = bench.run([sys.executable, script, *args], timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run,) = json.loads(done.stdout)["runs"]
     # the figures, in the test's output
-    print(json.dumps({k: run[k] for k in ("rollout_ok", "rollout_s", "drains", "phases")}))
+    shown = ("rollout_ok", "rollout_s", "load_s", "loaded_host_back_s", "requests_after_loaded_host_back")
+    print(json.dumps({k: run[k] for k in (*shown, "drains", "phases")}))
     return run
 
 
@@ -154,7 +160,8 @@ def test_the_negative_control_loses_requests(lab: Path, work: Path) -> None:
     assert run["rollout_ok"], run["rollout_tail"]
     during = run["phases"]["during"]
     # the load must have outlasted the rollout's stop of the loaded host (its figures say when it ended)
-    assert during["failed"] + during["truncated"] > 0, (run["rollout_s"], run["load_s"], run["phases"])
+    when = (run["rollout_s"], run["load_s"], run["loaded_host_back_s"])
+    assert during["failed"] + during["truncated"] > 0, (when, run["phases"])
 
 
 def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path, work: Path) -> None:
@@ -166,6 +173,10 @@ def test_a_drained_rollout_under_load_loses_and_truncates_nothing(lab: Path, wor
     assert any(d["server"].startswith(run["hosts"][1]) and d["verdict"] == "drained" for d in run["drains"])
     for phase in (before, during, after):
         assert (phase["failed"], phase["truncated"]) == (0, 0), run["phases"]
+    # the load flowed on after the loaded host was back in the gateway: the returned host took requests too
+    # (a load that ended earlier would pass the checks above with less coverage)
+    after_back = run["requests_after_loaded_host_back"]
+    assert after_back is not None and after_back >= 8, (run["loaded_host_back_s"], run["load_s"], after_back)
 
 
 def _statuses(inv: Path, gateway: str) -> dict[str, str]:
