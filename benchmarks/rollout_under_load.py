@@ -7,13 +7,15 @@ after the rollout (issue 30; the lab test tests/integration/test_gateway_lab.py 
     sudo .venv/bin/python benchmarks/rollout_under_load.py --inventory DIR   # a lab as lab_inventory makes
 
 The lab: 2 hosts (systemd-nspawn, real systemd, the real vLLM CPU build serving the tiny model, its worker in
-the engine core's process: vllm_fleet.lab.spec.engine_in_process_vars), host 1 in set
+the engine core's process, as inventory/group_vars/lab/vllm.yml runs it), host 1 in set
 `long` and also the gateway (Debian's haproxy from the lab cache's .debs, installed by playbooks/gateway.yml),
 host 2 in set `short` with a shorter max_model_len (SHORT_MAX_MODEL_LEN against LONG_MAX_MODEL_LEN). The load
 is `vllm bench serve` from the lab's own vLLM on host 1 against the gateway: random prompts that fit the short
 set, `--ignore-eos` with a fixed output length (so a stream cut short shows as fewer tokens),
-`--max-concurrency` streams, bounded by `--requests` and a timeout, `--save-result --save-detailed`
-(per-request start, TTFT, output length, error). The API key reaches it as OPENAI_API_KEY
+`--max-concurrency` streams, `--requests` of them (and a timeout), `--save-result --save-detailed`
+(per-request start, TTFT, output length, error). A load that ends before the loaded host has been back
+`--after` seconds is continued by another run of `--more-requests` (keep_loading), so that a slow rollout
+on a busy machine is still covered to its end. The API key reaches it as OPENAI_API_KEY
 from the instance's 0600 EnvironmentFile, never on a command line.
 
 The lab's instances start with vllm_service_shutdown_timeout 0: vLLM aborts what is in flight on SIGTERM, so
@@ -54,6 +56,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +67,6 @@ from vllm_fleet.gateway.drain import parse_read, read_argv
 from vllm_fleet.gateway.haproxy import RUNTIME_SOCKET
 from vllm_fleet.gateway.underload import bench_requests, phase_figures
 from vllm_fleet.lab.debs import gateway_group_vars
-from vllm_fleet.lab.run import write_engine_in_process_vars
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -78,7 +81,7 @@ LONG_MAX_MODEL_LEN = 1024
 SHORT_MAX_MODEL_LEN = 256
 VENV = "/opt/vllm-fleet/venv"
 MODEL = "/srv/vllm-fleet-lab/models/tiny"
-RESULT = "/tmp/vllm-fleet-rollout-under-load.json"
+RESULT = "/tmp/vllm-fleet-rollout-under-load-{chunk}.json"  # each `vllm bench serve` run of the load
 
 
 def env() -> dict[str, str]:
@@ -116,10 +119,9 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
     (folder / "group_vars" / "gateway").mkdir(parents=True, exist_ok=True)
     (folder / "host_vars").mkdir(parents=True, exist_ok=True)
     (folder / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
+    # the lab's variables run each instance's worker in its engine core's process: under the load an `mp`
+    # instance's worker and engine core busy-poll their queue, two cores of this machine's two
     shutil.copy(LAB_VARS, folder / "group_vars" / "lab" / "vllm.yml")
-    # each instance's worker in its engine core's process: under the load an `mp` instance's worker and
-    # engine core busy-poll their queue, two cores of this machine's two (lab.spec.engine_in_process_vars)
-    write_engine_in_process_vars(folder / "group_vars" / "lab")
     for host, instance_set, max_model_len in (
         (hosts[0], "long", LONG_MAX_MODEL_LEN),
         (hosts[1], "short", SHORT_MAX_MODEL_LEN),
@@ -187,18 +189,32 @@ def frontend_requests(stat: str) -> int:
     raise SystemExit(f"no FRONTEND row in the gateway's show stat: {stat[:300]!r}")
 
 
-def bench_command(address: str, args: argparse.Namespace) -> str:
+def bench_command(address: str, args: argparse.Namespace, chunk: int, requests: int) -> str:
     """`vllm bench serve` at the gateway; the key from the instance's EnvironmentFile (0600), never argv."""
+    result = RESULT.format(chunk=chunk)
     return (
         "set -a; . /etc/vllm-fleet/i0.env; set +a; export OPENAI_API_KEY=$VLLM_API_KEY; cd /tmp; "
-        f"rm -f {RESULT}; timeout {args.timeout} {VENV}/bin/vllm bench serve --backend openai "
+        f"rm -f {result}; timeout {args.timeout} {VENV}/bin/vllm bench serve --backend openai "
         f"--base-url http://{address}:{args.port} --endpoint /v1/completions --model tiny "
         f"--tokenizer {MODEL} "
         f"--dataset-name random --random-input-len {args.input_len} --random-output-len {args.output_len} "
-        f"--ignore-eos --num-prompts {args.requests} --max-concurrency {args.concurrency} --seed 1 "
-        f"--save-result --save-detailed --result-filename {RESULT} > /tmp/vllm-fleet-bench.log 2>&1; "
+        f"--ignore-eos --num-prompts {requests} --max-concurrency {args.concurrency} --seed {1 + chunk} "
+        f"--save-result --save-detailed --result-filename {result} > /tmp/vllm-fleet-bench.log 2>&1; "
         f"rc=$?; tail -3 /tmp/vllm-fleet-bench.log; exit $rc"
     )
+
+
+def start_load(
+    inv: Path, gateway: str, address: str, args: argparse.Namespace, chunk: int
+) -> subprocess.Popen[str]:
+    """One run of the load (`vllm bench serve` on the gateway host): `--requests` for the first, then
+    `--more-requests` for each that continues it."""
+    requests = args.requests if chunk == 0 else args.more_requests
+    return subprocess.Popen(
+        [str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.shell", "-a",
+         bench_command(address, args, chunk, requests)],
+        cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
 
 
 def the_change(drained: bool) -> dict[str, int]:
@@ -253,20 +269,50 @@ def back_hook(folder: Path, loaded_host: str) -> Path:
     return hook
 
 
-def wait_for_rollout(folder: Path, rollout: subprocess.Popen[str], timeout: float = 1200) -> float | None:
-    """Waits for the rollout to end; returns when (time.monotonic()) the loaded host's turn was over, None
-    when it never was (a failed turn)."""
+@dataclass
+class Loading:
+    """What keep_loading saw: when the loaded host's turn was over (None: never), when the rollout ended,
+    and the output of each run of the load, in order."""
+
+    back_at: float | None
+    end: float
+    outputs: list[str]
+
+
+def keep_loading(
+    folder: Path,
+    rollout: subprocess.Popen[str],
+    load: subprocess.Popen[str],
+    more: Callable[[int], subprocess.Popen[str]],
+    after_s: float,
+    timeout: float = 1200,
+) -> Loading:
+    """Waits for the rollout and the load to end. A load that ends before the loaded host's turn has been
+    over for `after_s` seconds is continued by another run (`more(chunk)`): a rollout slowed by a busy
+    machine must not outlast a load sized for a quiet one (a drained run's 3000 requests ended before the
+    loaded host was back once, with another lab module beside it). Between two runs the load pauses while
+    the next `vllm bench serve` starts (a few seconds); the drain, early in the turn, falls in the first.
+    No run is started once the rollout ended without that turn being over (a failed run)."""
     deadline = time.monotonic() + timeout
-    back_at = None
-    while rollout.poll() is None:
+    back_at: float | None = None
+    end: float | None = None
+    outputs: list[str] = []
+    current: subprocess.Popen[str] | None = load
+    while current is not None or end is None:
+        now = time.monotonic()
         if back_at is None and (folder / "back").exists():
-            back_at = time.monotonic()
-        if time.monotonic() > deadline:
+            back_at = now
+        if end is None and rollout.poll() is not None:
+            end = now
+        if current is not None and current.poll() is not None:
+            outputs.append(current.communicate()[0])
+            covered = back_at is not None and now - back_at >= after_s
+            failed_turn = end is not None and back_at is None
+            current = None if covered or failed_turn else more(len(outputs))
+        if now > deadline:
             raise subprocess.TimeoutExpired(rollout.args, timeout)
         time.sleep(0.5)
-    if back_at is None and (folder / "back").exists():  # written in the rollout's last half second
-        back_at = time.monotonic()
-    return back_at
+    return Loading(back_at, end, outputs)
 
 
 def wait_for_turn(folder: Path, rollout: subprocess.Popen[str], log: Path, timeout: float = 900) -> None:
@@ -311,11 +357,7 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         try:
             wait_for_turn(folder, rollout, log)
             base = frontend_requests(gateway_stat(inv, gateway))
-            bench = subprocess.Popen(
-                [str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.shell", "-a",
-                 bench_command(address, args)],
-                cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            )  # fmt: skip
+            bench = start_load(inv, gateway, address, args, 0)
             # the benchmark's own start (imports, tokenizer) takes a while: the steady phase begins with the
             # load
             deadline = time.monotonic() + 180
@@ -327,23 +369,31 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
             time.sleep(args.steady)
             start = time.monotonic()
             (folder / "flowing").write_text("flowing\n")
-            back_at = wait_for_rollout(folder, rollout)
-            end = time.monotonic()
-            out, _ = bench.communicate(timeout=args.timeout + 120)
+
+            def more(chunk: int) -> subprocess.Popen[str]:
+                nonlocal bench
+                bench = start_load(inv, gateway, address, args, chunk)
+                return bench
+
+            loading = keep_loading(folder, rollout, bench, more, args.after)
         finally:
             for process in (rollout, bench):
                 if process is not None and process.poll() is None:
                     process.kill()
     rollout_ok = rollout.returncode == 0
     rollout_out = log.read_text()
-    fetched = folder / "result.json"
-    must(
-        run([str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.fetch", "-a",
-             f"src={RESULT} dest={fetched} flat=true"]),
-        "fetch the benchmark's result",
-    )  # fmt: skip
-    result = json.loads(fetched.read_text())
-    requests = bench_requests(result)
+    requests, load_s = [], 0.0
+    for chunk in range(len(loading.outputs)):
+        fetched = folder / f"result-{chunk}.json"
+        must(
+            run([str(BIN / "ansible"), "-i", str(inv), gateway, "-m", "ansible.builtin.fetch", "-a",
+                 f"src={RESULT.format(chunk=chunk)} dest={fetched} flat=true"]),
+            "fetch the benchmark's result",
+        )  # fmt: skip
+        result = json.loads(fetched.read_text())
+        requests += bench_requests(result)
+        load_s += float(result.get("duration") or 0)
+    end, back_at = loading.end, loading.back_at
     phases = phase_figures(requests, start, end, args.output_len)
     after_back = None if back_at is None else sum(r.start > back_at for r in requests)
     return {
@@ -355,12 +405,15 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "rollout_log": str(log),
         "drains": drain_results(rollout_out),
         "bench_rc": bench.returncode,
-        "load_s": round(float(result.get("duration") or 0), 1),
+        # the load's runs (a first of --requests, then --more-requests each until the loaded host had been
+        # back --after seconds) and their time together
+        "load_runs": len(loading.outputs),
+        "load_s": round(load_s, 1),
         # the loaded host's turn ended this long after the rollout went on, and so many requests started
         # after it (None: its turn never ended)
         "loaded_host_back_s": None if back_at is None else round(back_at - start, 1),
         "requests_after_loaded_host_back": after_back,
-        "bench_tail": out[-600:],
+        "bench_tail": loading.outputs[-1][-600:] if loading.outputs else "",
         "hosts": hosts,
         "phases": {p: f.to_dict() for p, f in phases.items()},
     }
@@ -395,7 +448,8 @@ def table(runs: list[dict[str, Any]]) -> str:
         if r["loaded_host_back_s"] is not None:
             lines.append(
                 f"{'':<22} the loaded host's turn ended {r['loaded_host_back_s']} s in; the load sent "
-                f"{r['requests_after_loaded_host_back']} requests after it (load {r['load_s']} s)"
+                f"{r['requests_after_loaded_host_back']} requests after it (load {r['load_s']} s in "
+                f"{r['load_runs']} run(s))"
             )
     return "\n".join(lines)
 
@@ -406,7 +460,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", help="a lab inventory folder made as lab_inventory() makes it")
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=2000, help="requests per run (the load's bound)")
+    parser.add_argument("--requests", type=int, default=2000, help="requests of the load's first run")
+    parser.add_argument(
+        "--more-requests",
+        type=int,
+        default=500,
+        help="requests of each run that continues a load which ended too soon (see --after)",
+    )
+    parser.add_argument(
+        "--after",
+        type=float,
+        default=10,
+        help="seconds the load must run past the loaded host's return: a load that ends sooner is continued",
+    )
     parser.add_argument("--input-len", type=int, default=16)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--steady", type=int, default=20, help="seconds of load before the rollout")

@@ -6,7 +6,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from vllm_fleet.deploy import filestate
+from vllm_fleet.deploy import argvcheck, filestate
 from vllm_fleet.deploy.service import (
     ServiceOptions,
     decide,
@@ -127,6 +127,19 @@ def vllm_service_restart_paths(
     return drained_restarts(todo.get("restart") or [], files, drained)
 
 
+def vllm_service_argv_checks(todo: dict[str, Any], files: list[dict[str, Any]]) -> dict[str, Any]:
+    """The argv check's input: every instance that (re)starts, checked in one run (one import of vLLM)."""
+    try:
+        return argvcheck.check_input(list(files or []), list(todo.get("restart") or []))
+    except KeyError as exc:
+        raise AnsibleFilterError(f"vllm_service_argv_checks: an instance has no {exc}") from exc
+
+
+def vllm_service_argv_rejected(result: dict[str, Any], check_mode: bool) -> list[str]:
+    """Each serve command the check task's result says vLLM rejected, as "name: vLLM's message"."""
+    return argvcheck.rejections(result or {}, bool(check_mode))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -139,4 +152,6 @@ class FilterModule:
             "vllm_service_decide": vllm_service_decide,
             "vllm_service_group_restart": vllm_service_group_restart,
             "vllm_service_restart_paths": vllm_service_restart_paths,
+            "vllm_service_argv_checks": vllm_service_argv_checks,
+            "vllm_service_argv_rejected": vllm_service_argv_rejected,
         }

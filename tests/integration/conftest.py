@@ -187,11 +187,12 @@ def own_installed_lab(
     worker, beside the shared lab. Its host starts with the venv the shared lab saved (`lab up
     --preinstalled-vllm`), so install.yml finds vLLM at the pin (about 10 s, no pip); without a saved venv
     it installs it. Taken down when the module's fixture ends; VLLM_FLEET_LAB_INVENTORY reuses a lab as
-    installed_lab does. `engine_in_process`: vLLM's worker runs in its engine core's process
-    (vllm_fleet.lab.spec.engine_in_process_vars), for a module whose subject is not vLLM's process layout."""
+    installed_lab does. `worker_process`: vLLM's worker runs in a process of its own (vLLM's layout for
+    TP > 1: vllm_fleet.lab.spec.worker_process_vars) instead of the lab's in-process one, for a module whose
+    subject includes that layout."""
 
     @contextlib.contextmanager
-    def own(name: str, work: Path, *, engine_in_process: bool = False) -> Iterator[InstalledLab]:
+    def own(name: str, work: Path, *, worker_process: bool = False) -> Iterator[InstalledLab]:
         reuse = os.environ.get(REUSE_ENV)
         if reuse:
             yield InstalledLab(Path(reuse), 0.0, 0.0)
@@ -199,8 +200,8 @@ def own_installed_lab(
         inventory = work / "inventory"
         (inventory / "group_vars" / "lab").mkdir(parents=True)
         shutil.copy(INVENTORY / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
-        if engine_in_process:
-            lab_run.write_engine_in_process_vars(inventory / "group_vars" / "lab")
+        if worker_process:
+            lab_run.write_worker_process_vars(inventory / "group_vars" / "lab")
         cli = str(BIN / "vllm-fleet")
         started = time.monotonic()
         try:

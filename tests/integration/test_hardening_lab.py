@@ -91,9 +91,12 @@ def on_host(inv: Path, tree: Path, argv: list[str], stdin: str | None = None) ->
 @pytest.fixture(scope="module")
 def lab(own_installed_lab, tmp_path_factory: pytest.TempPathFactory):
     """A lab host of its own with vLLM installed (tests/integration/conftest.py: own_installed_lab), so that
-    the other worker runs this module beside the shared lab's serial ones."""
+    the other worker runs this module beside the shared lab's serial ones. vLLM's worker runs in a process of
+    its own here, as vLLM runs TP > 1 on GPUs (a spawned worker, the engine's shared-memory queue in
+    /dev/shm), not in the engine core's process as in the other one-host labs: the hardened unit must hold
+    that layout too."""
     work = tmp_path_factory.mktemp("hardening-lab")
-    with own_installed_lab(LAB, work) as installed:
+    with own_installed_lab(LAB, work, worker_process=True) as installed:
         yield installed.inventory, work
 
 

@@ -281,7 +281,9 @@ def group(tmp_path_factory, saved_venv_when_ready):
             }
         )
     )
-    lab_env = yaml.safe_load(lab_vars_file.read_text())["vllm_service_extra_env"]
+    # vLLM's worker processes, one per rank (pipeline parallel over hosts needs them): without the lab's
+    # in-process switch
+    lab_env = lab.worker_process_vars(yaml.safe_load(lab_vars_file.read_text()))["vllm_service_extra_env"]
     (inventory / "host_vars").mkdir()
     for rank, host in enumerate(HOSTS):
         env = {key: value for key, value in lab_env.items() if key != "VLLM_HOST_IP"}

@@ -155,12 +155,8 @@ def _only_host(inventory: Path) -> str:
 def converge_lab(own_installed_lab, tmp_path_factory: pytest.TempPathFactory):
     """A lab host of its own with vLLM installed (tests/integration/conftest.py: own_installed_lab): the
     site.yml runs below take about ten minutes, which the shared lab's serial run (the suite's long pole,
-    tests/conftest.py) need not carry. What is under test is the plan and convergence, not vLLM's process
-    layout: its worker runs in its engine core's process (a start imports torch and vLLM twice, not three
-    times)."""
-    with own_installed_lab(
-        CONVERGE_LAB, tmp_path_factory.mktemp("plan-converge"), engine_in_process=True
-    ) as installed:
+    tests/conftest.py) need not carry."""
+    with own_installed_lab(CONVERGE_LAB, tmp_path_factory.mktemp("plan-converge")) as installed:
         yield installed
 
 

@@ -120,12 +120,9 @@ def fleet(tmp_path_factory, saved_venv_when_ready):
     work = tmp_path_factory.mktemp("rollout")
     inventory = work / "inventory"
     (inventory / "group_vars" / "lab").mkdir(parents=True)
+    # These tests start vLLM eight times, its worker in the engine core's process as the lab's variables
+    # run it (a start took 45-53 s instead of 69-122 s with a worker process on this 2-core machine).
     shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
-    # These tests start vLLM eight times. Its worker runs inside the engine core's process here
-    # (vllm_fleet.lab.spec.engine_in_process_vars: two processes import torch and vLLM, not three; a start
-    # took 45-53 s instead of 69-122 s on this 2-core machine): what is under test is the rollout's order,
-    # verdicts and rollback, which do not depend on vLLM's process layout.
-    lab_run.write_engine_in_process_vars(inventory / "group_vars" / "lab")
     if not REUSE:
         run([CLI, "lab", "down", "--name", NAME], timeout=300)
     # Rollouts, not pip, are under test here (the shared lab and molecule/install install vLLM for real): the

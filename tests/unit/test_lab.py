@@ -390,26 +390,26 @@ def test_reuse_if_up_answers_only_for_the_same_lab_that_is_up(tmp_path: Path) ->
     assert not lab_run._same_lab(plan, state, plan, False)
 
 
-def test_engine_in_process_vars_keep_the_labs_environment_and_add_vllms_switch():
-    """The lab's own variables (inventory/group_vars/lab/vllm.yml) stay; only VLLM_ENABLE_V1_MULTIPROCESSING
-    is added, and the lab's file does not set it already (the shared lab keeps vLLM's default layout)."""
+def test_the_lab_runs_vllms_worker_in_process_and_worker_process_vars_take_only_that_away():
+    """The embedded default's lab variables (inventory/group_vars/lab/vllm.yml) set vLLM's in-process switch;
+    the variables of a lab that keeps vLLM's worker process are the same environment without it."""
     lab_vars = yaml.safe_load((REPO / "inventory" / "group_vars" / "lab" / "vllm.yml").read_text())
     env = lab_vars["vllm_service_extra_env"]
-    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
-    assert lab.engine_in_process_vars(lab_vars) == {
-        "vllm_service_extra_env": {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    }
+    assert env[lab.ENGINE_IN_PROCESS_ENV] == "0"
+    kept = {k: v for k, v in env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    assert len(kept) == len(env) - 1
+    assert lab.worker_process_vars(lab_vars) == {"vllm_service_extra_env": kept}
 
 
-def test_engine_in_process_vars_file_loads_after_the_labs_and_holds_them(tmp_path: Path):
-    """The writer the lab tests and the gateway benchmark call: beside a copy of the lab's vllm.yml, a file
-    Ansible loads after it (group_vars files load in name order) holding the in-process variables."""
+def test_worker_process_vars_file_loads_after_the_labs_and_holds_them(tmp_path: Path):
+    """The writer the hardening lab calls: beside a copy of the lab's vllm.yml, a file Ansible loads after it
+    (group_vars files load in name order) holding the worker-process variables."""
     group_vars_lab = tmp_path / "group_vars" / "lab"
     group_vars_lab.mkdir(parents=True)
     lab_vars_file = REPO / "inventory" / "group_vars" / "lab" / "vllm.yml"
     (group_vars_lab / "vllm.yml").write_text(lab_vars_file.read_text())
-    written = lab_run.write_engine_in_process_vars(group_vars_lab)
+    written = lab_run.write_worker_process_vars(group_vars_lab)
     assert sorted(p.name for p in group_vars_lab.iterdir()) == ["vllm.yml", written.name]
-    assert yaml.safe_load(written.read_text()) == lab.engine_in_process_vars(
+    assert yaml.safe_load(written.read_text()) == lab.worker_process_vars(
         yaml.safe_load(lab_vars_file.read_text())
     )

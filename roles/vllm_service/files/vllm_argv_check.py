@@ -5,6 +5,7 @@ Run it with the vLLM venv's python, on the host:
 
     /opt/vllm-fleet/venv/bin/python vllm_argv_check.py /etc/vllm-fleet/i0.json     # {"argv": [...]} or [...]
     echo '["vllm", "serve", "m", "--max-model-len", "8"]' | .../python vllm_argv_check.py -
+    echo '{"argvs": {"i0": [...], "i1": [...]}}' | .../python vllm_argv_check.py -    # several, one import
 
 It builds the parser exactly as the `vllm` command does (FlexibleArgumentParser + the serve subcommand's
 `subparser_init`), parses the words after `serve`, then runs the serve subcommand's own `validate()` (for
@@ -13,7 +14,11 @@ of the wrong type therefore fails the play here instead of crash-looping the uni
 started: no model, no GPU.
 
 The last line on stdout is one JSON object: {"ok", "vllm_version", "error", "args"}; exit status 0 when the
-argv parses, 2 when vLLM rejects it, 3 when vLLM cannot be imported or the input is unreadable.
+argv parses, 2 when vLLM rejects it, 3 when vLLM cannot be imported or the input is unreadable. Given
+{"argvs": {name: argv}} (the role's form: every instance of a host that restarts), it imports vLLM once for
+all of them, the costly part (8-14 s of CPU on a lab host: torch, transformers), and prints
+{"ok", "vllm_version", "error", "results": {name: {"ok", "error", "args"}}}; "ok" and the exit status are
+those of the worst argv.
 """
 
 from __future__ import annotations
@@ -24,18 +29,22 @@ import json
 import sys
 
 
-def _read_argv(source: str) -> list:
+def _read_argvs(source: str) -> tuple:
+    """(batch, {name: argv}): the one argv of a list or {"argv"} under the name "argv", or {"argvs"}'s."""
     if source == "-":
         text = sys.stdin.read()
     else:
         with open(source, encoding="utf-8") as handle:
             text = handle.read()
     data = json.loads(text)
-    if isinstance(data, dict):
-        data = data.get("argv")
-    if not isinstance(data, list) or not all(isinstance(w, str) for w in data):
-        raise ValueError("expected a JSON list of strings, or an object whose 'argv' is one")
-    return data
+    batch = isinstance(data, dict) and "argvs" in data
+    argvs = data["argvs"] if batch else {"argv": data.get("argv") if isinstance(data, dict) else data}
+    if not isinstance(argvs, dict) or not argvs:
+        raise ValueError("'argvs' must be an object of at least one name: argv")
+    for name, argv in argvs.items():
+        if not isinstance(argv, list) or not all(isinstance(w, str) for w in argv):
+            raise ValueError(f"{name}: expected a JSON list of strings, or an object whose 'argv' is one")
+    return batch, argvs
 
 
 def serve_words(argv: list) -> list:
@@ -130,7 +139,8 @@ def main(argv: list) -> int:
         print(json.dumps({"ok": False, "error": "usage: vllm_argv_check.py FILE|-", "vllm_version": None}))
         return 3
     try:
-        words = serve_words(_read_argv(argv[1]))
+        batch, argvs = _read_argvs(argv[1])
+        words = {name: serve_words(one) for name, one in argvs.items()}
     except (OSError, ValueError) as exc:
         print(json.dumps({"ok": False, "error": f"input: {exc}", "vllm_version": None, "args": None}))
         return 3
@@ -138,7 +148,7 @@ def main(argv: list) -> int:
     noise = io.StringIO()
     try:
         with contextlib.redirect_stdout(noise):
-            result = check(words)
+            results = {name: check(one) for name, one in words.items()}
     except ImportError as exc:
         result = {
             "ok": False,
@@ -148,8 +158,14 @@ def main(argv: list) -> int:
         print(json.dumps(result))
         return 3
     sys.stderr.write(noise.getvalue())
-    print(json.dumps(result))
-    return 0 if result["ok"] else 2
+    ok = all(result["ok"] for result in results.values())
+    if batch:
+        version = next(iter(results.values()))["vllm_version"]
+        each = {name: {k: r[k] for k in ("ok", "error", "args")} for name, r in results.items()}
+        print(json.dumps({"ok": ok, "vllm_version": version, "error": None, "results": each}))
+    else:
+        print(json.dumps(results["argv"]))
+    return 0 if ok else 2
 
 
 if __name__ == "__main__":

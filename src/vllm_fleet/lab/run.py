@@ -455,13 +455,14 @@ def _ensure_key(plan: lab.LabPlan) -> None:
     auth.chmod(0o600)
 
 
-def write_engine_in_process_vars(group_vars_lab: Path) -> Path:
+def write_worker_process_vars(group_vars_lab: Path) -> Path:
     """Beside the lab's variables (`vllm.yml` in an inventory's group_vars/lab), the file that runs each lab
-    instance's worker in its engine core's process (spec.engine_in_process_vars); named to load after
-    vllm.yml, whose vllm_service_extra_env it replaces with a copy plus vLLM's switch. Returns its path."""
+    instance's worker in a process of its own (spec.worker_process_vars); named to load after vllm.yml,
+    whose vllm_service_extra_env it replaces with a copy without vLLM's in-process switch. Returns the
+    file's path."""
     lab_vars = yaml.safe_load((group_vars_lab / "vllm.yml").read_text())
-    path = group_vars_lab / "zz-engine-in-process.yml"
-    path.write_text(yaml.safe_dump(lab.engine_in_process_vars(lab_vars)))
+    path = group_vars_lab / "zz-worker-process.yml"
+    path.write_text(yaml.safe_dump(lab.worker_process_vars(lab_vars)))
     return path
 
 

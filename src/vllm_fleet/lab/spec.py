@@ -47,16 +47,18 @@ CONTROLLER_TOOLS = (
 )
 
 
-def engine_in_process_vars(lab_vars: dict[str, Any]) -> dict[str, Any]:
+# vLLM's switch that keeps the lab's engine worker inside the engine core process (inventory/group_vars/lab/
+# vllm.yml sets it to "0"; vllm/platforms/cpu.py forces a worker process without it)
+ENGINE_IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def worker_process_vars(lab_vars: dict[str, Any]) -> dict[str, Any]:
     """The lab variables (inventory/group_vars/lab/vllm.yml, parsed) for a lab whose vLLM runs its engine's
-    worker inside the engine core process: VLLM_ENABLE_V1_MULTIPROCESSING=0 lets vLLM's CPU build keep the
-    one-process executor it picks for one device (otherwise it forces `mp`). Two processes import torch and
-    vLLM at a start instead of three (about 9 s of CPU less on this 2-core machine), and no worker busy-polls
-    vLLM's shared-memory queue for a second after each step (a serving `mp` instance keeps two cores busy).
-    The API server, the engine core, the drain on SIGTERM and every log line the verify role reads are
-    vLLM's own. For the labs that test rollouts, drains and convergence; the shared lab, hardening and
-    molecule keep vLLM's default process layout, and a multi-host instance needs it."""
-    env = {**lab_vars["vllm_service_extra_env"], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    worker in a process of its own: vLLM's own layout on its CPU build, and the one it uses for TP > 1 on
+    GPUs (the `mp` executor: a worker process, the engine's shared-memory queue between them). The lab's
+    other variables stay. For the labs whose subject includes that layout: the hardening lab (the hardened
+    unit runs it) and the multi-host lab (vLLM needs it for pipeline parallelism over hosts)."""
+    env = {k: v for k, v in lab_vars["vllm_service_extra_env"].items() if k != ENGINE_IN_PROCESS_ENV}
     return {"vllm_service_extra_env": env}
 
 
