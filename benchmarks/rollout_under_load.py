@@ -29,10 +29,10 @@ during the rest of the rollout, after it.
 The negative control runs first and rolls the loaded host alone (the other carries none of this load) with
 vllm_service_drain=false, changing `--max-num-seqs` only: the process it stops aborts (the lab's 0), and the
 unit's stop timeout stays the abort's (deploy.service.STOP_TIMEOUT, 120 s). The streams in flight end with
-HTTP 500, and the gateway sends requests to the stopped server until its check fails (503). (With vLLM's
-worker in a process of its own, the abort left the open streams waiting, "Waiting for connections to close",
-until systemd killed the process after 120 s: docs/interfaces.md.) Before, the control ran after the drained
-run and stopped a process
+HTTP 500, and the gateway sends requests to the stopped server until its check fails (503). (The abort may
+also leave the open streams waiting, "Waiting for connections to close", until systemd kills the process
+after 120 s: always with vLLM's worker in a process of its own, in some runs with it in-process:
+docs/interfaces.md.) Before, the control ran after the drained run and stopped a process
 started with that run's --shutdown-timeout, which finished its requests itself (CI, stop 36: none lost); a
 control that changes --shutdown-timeout itself stops the old process under the new unit's TimeoutStopSec
 (docs/interfaces.md, "Files on a target host": seen hanging 10 min, until HAProxy's `timeout server`).
@@ -227,6 +227,16 @@ def the_change(drained: bool) -> dict[str, int]:
     return {"vllm_service_max_num_seqs": 16 + fresh % 48}
 
 
+def mark_task(folder: Path, mark: str, loaded_host: str, name: str) -> dict[str, Any]:
+    """A hook's task that leaves the file `folder/mark` for the benchmark, at the loaded host's turn only."""
+    return {
+        "name": name,
+        "ansible.builtin.copy": {"dest": str(folder / mark), "content": f"{mark}\n", "mode": "0644"},
+        "delegate_to": "localhost",
+        "when": f"inventory_hostname == {loaded_host!r}",
+    }
+
+
 def load_hook(folder: Path, loaded_host: str) -> Path:
     """A pre-change hook for the rollout (vllm_rollout_pre_host_hooks, the role's kubespray-style hook): at
     the loaded host's turn, before anything changes there, it tells the benchmark to start the load and waits
@@ -235,12 +245,7 @@ def load_hook(folder: Path, loaded_host: str) -> Path:
     and which needed a longer load (issue 32)."""
     hook = folder / "load_hook.yml"
     tasks = [
-        {
-            "name": "Tell rollout_under_load.py that the loaded host's turn begins",
-            "ansible.builtin.copy": {"dest": str(folder / "go"), "content": "go\n", "mode": "0644"},
-            "delegate_to": "localhost",
-            "when": f"inventory_hostname == {loaded_host!r}",
-        },
+        mark_task(folder, "go", loaded_host, "Tell rollout_under_load.py that the loaded host's turn begins"),
         {
             "name": "Wait until its load flows through the gateway",
             "ansible.builtin.wait_for": {"path": str(folder / "flowing"), "timeout": 600},
@@ -258,12 +263,9 @@ def back_hook(folder: Path, loaded_host: str) -> Path:
     the load still flowed after it: a load that ended earlier never sent a request to the returned host."""
     hook = folder / "back_hook.yml"
     tasks = [
-        {
-            "name": "Tell rollout_under_load.py that the loaded host's turn is over",
-            "ansible.builtin.copy": {"dest": str(folder / "back"), "content": "back\n", "mode": "0644"},
-            "delegate_to": "localhost",
-            "when": f"inventory_hostname == {loaded_host!r}",
-        },
+        mark_task(
+            folder, "back", loaded_host, "Tell rollout_under_load.py that the loaded host's turn is over"
+        )
     ]
     hook.write_text(yaml.safe_dump(tasks, sort_keys=False))
     return hook

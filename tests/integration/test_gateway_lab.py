@@ -11,8 +11,9 @@ plans), host 2 in set `short` (max_model_len 256 against the long set's 1024).
   The negative control (vllm_service_drain false: a restart of the loaded host, the short set's, without
   leaving the gateway, changing its --max-num-seqs) loses or truncates requests: the measurement sees
   failures when there are some. It rolls that host alone (the long set's host carries none of the load) and
-  comes first, so that the process it stops is one that aborts: its streams in flight end with HTTP 500 and
-  the gateway sends the next requests to the stopped server until its check fails (503). After the drained
+  comes first, so that the process it stops is one that aborts: its streams in flight end with HTTP 500 (or
+  hang until systemd's stop timeout: docs/interfaces.md) and the gateway sends the next requests to the
+  stopped server until its check fails (503). After the drained
   run the stopped process had that run's --shutdown-timeout, finished its requests itself, and the control
   lost none (CI, stop 36).
 - A rollout of every instance (playbooks/rollout.yml, serial 1) under 8 concurrent streams of `vllm bench
