@@ -28,10 +28,10 @@ during the rest of the rollout, after it.
 
 The negative control runs first and rolls the loaded host alone (the other carries none of this load) with
 vllm_service_drain=false, changing `--max-num-seqs` only: the process it stops aborts (the lab's 0), and the
-unit's stop timeout stays the abort's (deploy.service.STOP_TIMEOUT, 120 s). The streams in flight end with
+unit's stop timeout stays the abort's (deploy.service.STOP_TIMEOUT, 60 s). The streams in flight end with
 HTTP 500, and the gateway sends requests to the stopped server until its check fails (503). (The abort may
 also leave the open streams waiting, "Waiting for connections to close", until systemd kills the process
-after 120 s: always with vLLM's worker in a process of its own, in some runs with it in-process:
+after its stop timeout: always with vLLM's worker in a process of its own, in some runs with it in-process:
 docs/interfaces.md.) Before, the control ran after the drained run and stopped a process
 started with that run's --shutdown-timeout, which finished its requests itself (CI, stop 36: none lost); a
 control that changes --shutdown-timeout itself stops the old process under the new unit's TimeoutStopSec
@@ -134,6 +134,11 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
         }
         (folder / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(host_vars))
     (folder / "group_vars" / "gateway" / "gateway.yml").write_text(yaml.safe_dump(gateway_group_vars()))
+    # every report of the lab's runs (plans, verify, rollouts) beside its inventory, not in the clone's
+    # reports/, where another test's rollout counts and removes the run folders it finds new (test_readme)
+    (folder / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    reports = {"vllm_fleet_report_dir": str(folder.parent / "reports")}
+    (folder / "group_vars" / "all" / "reports.yml").write_text(yaml.safe_dump(reports))
     return folder
 
 

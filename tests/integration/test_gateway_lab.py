@@ -53,15 +53,17 @@ import rollout_under_load as bench  # noqa: E402  benchmarks/rollout_under_load.
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 LAB = "gwtest"
 # The load starts at the loaded host's turn (the short set's, rolled first: the benchmark's pre-change hook
-# holds the turn until the load flows) and must outlast that host's return: a load that ends sooner is
-# continued by another `vllm bench serve` run (the benchmark's --after, --more-requests), and the drained
-# test asserts that requests started after the return. The first run is sized for a quiet machine. With the
-# worker in its engine core's process, 3000 requests took 125-145 s alone (session 20) and the control's stop
-# came about 35 s into them: the control, which rolls that host alone, sends 1200 (its 3000 ran on for 90 s
-# after its stop, both cores busy). The drained run's 3000 ended about 20 s after the loaded host's return in
-# CI (stop 39), and before it (188 s of load, the host back after 174 s) with test_rollout_lab beside it.
+# holds the turn until the load flows). A load that ends before that host has been back for 10 s is continued
+# by another `vllm bench serve` run (the benchmark's --after, --more-requests), with a pause of a few seconds
+# while it starts, and the drained test asserts that requests started after the return. The first run must
+# span the stop, which no continuation can be trusted with (a stop in the pause sees no request: the control
+# lost none so in CI, stop 40, its 1200 requests ending 43 s into the turn, the argv check under the load
+# taking 38 s). 3000 requests took 125-145 s alone (session 20), 20 a second in CI; the stop came 35-60 s
+# into the turn: the control sends 2400, twice that, and the drained run, whose drain comes as early and
+# whose return the continuation covers, 2000. Both sent 3000 before (the drained run's ended once before
+# the loaded host's return, 188 s of load, the host back after 174 s, test_rollout_lab beside it).
 OPTIONS = ["--steady", "15"]
-REQUESTS = {"control": 1200, "drained": 3000}
+REQUESTS = {"control": 2400, "drained": 2000}
 
 
 @pytest.fixture(scope="module")

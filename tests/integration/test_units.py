@@ -142,7 +142,7 @@ def test_every_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, name:
 
 
 @pytest.mark.parametrize(
-    ("version", "flag", "stop"), [("0.26.0", ["--shutdown-timeout", "600"], 660), ("0.14.0", [], 120)]
+    ("version", "flag", "stop"), [("0.26.0", ["--shutdown-timeout", "600"], 660), ("0.14.0", [], 60)]
 )
 def test_the_drain_and_the_stop_wait_pass_systemd_analyze_verify(
     tmp_path: Path, version: str, flag: list[str], stop: int

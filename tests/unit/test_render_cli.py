@@ -117,7 +117,7 @@ def test_render_unit_for_a_release_without_the_flag_gets_neither(capsys, tmp_pat
     """0.14.0's parser has no --shutdown-timeout: no flag (vLLM would refuse it), and no longer wait."""
     code, out, _ = _run(capsys, "render", "--vars", str(SEED_VARS), "--vllm-version", "0.14.0", "--unit")
     assert "--shutdown-timeout" not in out
-    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=120"]
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=60"]
     # an explicit value does not force the flag onto a release without it
     variables = tmp_path / "vars.yml"
     variables.write_text(
@@ -126,7 +126,7 @@ def test_render_unit_for_a_release_without_the_flag_gets_neither(capsys, tmp_pat
     )
     code, out, _ = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.14.0", "--unit")
     assert code == 0 and "--shutdown-timeout" not in out
-    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=120"]
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=60"]
     code, out, _ = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.32.0", "--unit")
     assert _unit_lines(out, "--shutdown-timeout") == ["--shutdown-timeout 30"]
     assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=90"]
@@ -140,7 +140,7 @@ def test_shutdown_timeout_zero_is_vllms_abort_and_a_negative_one_is_refused(caps
     )
     code, out, _ = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.32.0", "--unit")
     assert code == 0 and "--shutdown-timeout" not in out
-    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=120"]
+    assert _unit_lines(out, "TimeoutStopSec=") == ["TimeoutStopSec=60"]
     variables.write_text("vllm_service_model: /m\nvllm_service_shutdown_timeout: -5\n", encoding="utf-8")
     code, _, err = _run(capsys, "render", "--vars", str(variables), "--vllm-version", "0.32.0")
     assert code == 2 and "vllm_service_shutdown_timeout: -5" in err

@@ -128,12 +128,15 @@ WATCH_MASTER = (
 )
 
 
-# systemd's stop wait when vLLM does not drain (no --shutdown-timeout: it aborts what is in flight and exits).
-STOP_TIMEOUT = 120
 # What vLLM still does after its drain before the process is gone: engine, workers and API server teardown
 # (about 6 s on CPU, shared research fleet-serving §2.2; GPU teardown frees CUDA contexts and NCCL
 # communicators and is not measured), with room to spare.
 STOP_TEARDOWN_MARGIN = 60
+# systemd's stop wait when vLLM does not drain (no --shutdown-timeout: it aborts what is in flight and exits):
+# the same teardown, with nothing before it. Past it vLLM is only waiting for streams its abort left open
+# ("Waiting for connections to close": seen in the gateway lab until systemd killed it, docs/interfaces.md),
+# which nothing will ever finish; it was 120 s, twice the teardown, for no reason but a round number.
+STOP_TIMEOUT = STOP_TEARDOWN_MARGIN
 
 
 def stop_timeout(argv: list[str]) -> int:
