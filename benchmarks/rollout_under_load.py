@@ -276,14 +276,15 @@ def back_hook(folder: Path, loaded_host: str) -> Path:
     return hook
 
 
-@dataclass
+@dataclass(frozen=True)
 class Loading:
     """What keep_loading saw: when the loaded host's turn was over (None: never), when the rollout ended,
-    and the output of each run of the load, in order."""
+    the output of each run of the load, in order, and the last run's exit status."""
 
     back_at: float | None
     end: float
     outputs: list[str]
+    last_rc: int | None
 
 
 def keep_loading(
@@ -299,27 +300,34 @@ def keep_loading(
     machine must not outlast a load sized for a quiet one (a drained run's 3000 requests ended before the
     loaded host was back once, with another lab module beside it). Between two runs the load pauses while
     the next `vllm bench serve` starts (a few seconds); the drain, early in the turn, falls in the first.
-    No run is started once the rollout ended without that turn being over (a failed run)."""
+    No run is started once the rollout ended without that turn being over (a failed run). A run it started
+    and that is still going when it fails (its timeout) is killed here."""
     deadline = time.monotonic() + timeout
     back_at: float | None = None
     end: float | None = None
     outputs: list[str] = []
     current: subprocess.Popen[str] | None = load
-    while current is not None or end is None:
-        now = time.monotonic()
-        if back_at is None and (folder / "back").exists():
-            back_at = now
-        if end is None and rollout.poll() is not None:
-            end = now
-        if current is not None and current.poll() is not None:
-            outputs.append(current.communicate()[0])
-            covered = back_at is not None and now - back_at >= after_s
-            failed_turn = end is not None and back_at is None
-            current = None if covered or failed_turn else more(len(outputs))
-        if now > deadline:
-            raise subprocess.TimeoutExpired(rollout.args, timeout)
-        time.sleep(0.5)
-    return Loading(back_at, end, outputs)
+    last_rc: int | None = None
+    try:
+        while current is not None or end is None:
+            now = time.monotonic()
+            if back_at is None and (folder / "back").exists():
+                back_at = now
+            if end is None and rollout.poll() is not None:
+                end = now
+            if current is not None and current.poll() is not None:
+                outputs.append(current.communicate()[0])
+                last_rc = current.returncode
+                covered = back_at is not None and now - back_at >= after_s
+                failed_turn = end is not None and back_at is None
+                current = None if covered or failed_turn else more(len(outputs))
+            if now > deadline:
+                raise subprocess.TimeoutExpired(rollout.args, timeout)
+            time.sleep(0.5)
+    finally:
+        if current is not None and current is not load and current.poll() is None:
+            current.kill()
+    return Loading(back_at, end, outputs, last_rc)
 
 
 def wait_for_turn(folder: Path, rollout: subprocess.Popen[str], log: Path, timeout: float = 900) -> None:
@@ -376,13 +384,13 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
             time.sleep(args.steady)
             start = time.monotonic()
             (folder / "flowing").write_text("flowing\n")
-
-            def more(chunk: int) -> subprocess.Popen[str]:
-                nonlocal bench
-                bench = start_load(inv, gateway, address, args, chunk)
-                return bench
-
-            loading = keep_loading(folder, rollout, bench, more, args.after)
+            loading = keep_loading(
+                folder,
+                rollout,
+                bench,
+                lambda chunk: start_load(inv, gateway, address, args, chunk),
+                args.after,
+            )
         finally:
             for process in (rollout, bench):
                 if process is not None and process.poll() is None:
@@ -411,7 +419,7 @@ def one_run(inv: Path, args: argparse.Namespace, drained: bool, folder: Path) ->
         "rollout_tail": "" if rollout_ok else rollout_out[-3000:],
         "rollout_log": str(log),
         "drains": drain_results(rollout_out),
-        "bench_rc": bench.returncode,
+        "bench_rc": loading.last_rc,
         # the load's runs (a first of --requests, then --more-requests each until the loaded host had been
         # back --after seconds) and their time together
         "load_runs": len(loading.outputs),

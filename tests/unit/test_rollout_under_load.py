@@ -1,6 +1,7 @@
 """benchmarks/rollout_under_load.py's keep_loading, with real processes standing in for the rollout and the
 load (`sleep`, `sh`): a load that ends before the loaded host's turn has been over for `after_s` is continued,
-one that outlasts it is not, and a rollout that ends without that turn being over starts no more load."""
+one that outlasts it is not, a rollout that ends without that turn being over starts no more load, and a
+continuation still running when the wait gives up is killed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -22,6 +25,11 @@ def process(seconds: float, said: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def sleeper(seconds: float) -> subprocess.Popen[str]:
+    """A process that only waits: killing it leaves nothing behind (an `sh -c` would leave its sleep)."""
+    return subprocess.Popen(["sleep", str(seconds)], stdout=subprocess.PIPE, text=True)
 
 
 def back_after(folder: Path, seconds: float) -> None:
@@ -40,6 +48,7 @@ def test_a_load_that_ends_before_the_loaded_host_is_back_is_continued_past_it(tm
 
     loading = bench.keep_loading(tmp_path, process(2.5, "rollout"), process(0.3, "run0"), again, after_s=0.5)
     assert loading.outputs[0] == "run0\n" and len(loading.outputs) >= 3, loading.outputs
+    assert loading.last_rc == 0
     assert more == list(range(1, len(loading.outputs)))
     assert loading.back_at is not None and loading.back_at - started >= 1.0
     # the last run ended at least after_s past the return, and the rollout's end was waited for
@@ -63,3 +72,20 @@ def test_a_rollout_that_ends_without_the_loaded_hosts_return_starts_no_more_load
 
     loading = bench.keep_loading(tmp_path, process(0.2, "rollout"), process(0.8, "run0"), again, after_s=0.5)
     assert loading.outputs == ["run0\n"] and loading.back_at is None
+
+
+def test_a_continuation_still_running_when_the_wait_gives_up_is_killed(tmp_path: Path) -> None:
+    started: list[subprocess.Popen[str]] = []
+
+    def again(chunk: int) -> subprocess.Popen[str]:
+        started.append(sleeper(30))
+        return started[-1]
+
+    rollout = sleeper(30)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            bench.keep_loading(tmp_path, rollout, process(0.2, "run0"), again, 0.5, timeout=1.5)
+    finally:
+        rollout.kill()  # the benchmark's own caller kills the rollout it started
+    (continuation,) = started
+    assert continuation.wait(timeout=5) == -9  # SIGKILL
