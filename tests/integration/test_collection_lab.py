@@ -1,10 +1,10 @@
 """The collection as a user outside the clone gets it: a fresh venv holding only the wheel (`pip wheel`
 of this clone, installed with uv), a playbook and an inventory in a temporary folder, run from that folder
-with the venv's own ansible-playbook and an ansible.cfg that names no collections path, so
-vllm_fleet.serving can only come from the venv's site-packages. The playbook imports
-`vllm_fleet.serving.site` (preflight, install, tune, deploy, verify) and then plays the role
-`vllm_fleet.serving.vllm_verify` on its own, against the session's shared installed lab host
-(tests/integration/conftest.py: no new lab, no new vLLM install).
+with the venv's own ansible-playbook and an ansible.cfg that names no collections path (the settings
+docs/installing.md recommends, the collection's callbacks among them), so vllm_fleet.serving can only come
+from the venv's site-packages. The playbook imports `vllm_fleet.serving.site` (preflight, install, tune,
+deploy, verify) and then plays the role `vllm_fleet.serving.vllm_verify` on its own, against the session's
+shared installed lab host (tests/integration/conftest.py: no new lab, no new vLLM install).
 
 The user's inventory pins vLLM by its minor release (`vllm_install_version: "0.32"`, the lab installed
 0.32.0). It passes when the run converges and verifies the host (rc 0, every verify report ok, the verdict in
@@ -42,6 +42,16 @@ PLAYBOOK = """\
     - role: vllm_fleet.serving.vllm_verify
 """
 
+# a user's own ansible.cfg as docs/installing.md recommends it: the collection's callbacks (they too must come
+# from the venv's site-packages), facts only in ansible_facts, the inventory's variables read once
+USER_CFG = """\
+[defaults]
+retry_files_enabled = False
+callbacks_enabled = vllm_fleet.serving.vllm_fleet_timing, vllm_fleet.serving.vllm_fleet_preload
+inject_facts_as_vars = False
+run_vars_plugins = start
+"""
+
 
 def _files(folder: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()} if folder.is_dir() else {}
@@ -72,7 +82,7 @@ def test_a_playbook_outside_the_clone_converges_and_verifies_the_lab_host(
     assert exact in lab_vars.read_text(encoding="utf-8")
     lab_vars.write_text(lab_vars.read_text(encoding="utf-8").replace(exact, 'vllm_install_version: "0.32"'))
     (user / "site.yml").write_text(PLAYBOOK, encoding="utf-8")
-    (user / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\n", encoding="utf-8")
+    (user / "ansible.cfg").write_text(USER_CFG, encoding="utf-8")
     bindir = wheel_venv / "bin"
     site_packages = next((wheel_venv / "lib").glob("python3*/site-packages"))
     installed = site_packages.joinpath(*COLLECTION)
@@ -93,8 +103,8 @@ def test_a_playbook_outside_the_clone_converges_and_verifies_the_lab_host(
     )  # fmt: skip
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
-    # the roles and plugins came from the venv's site-packages
-    assert "vllm_fleet.serving" in out
+    # the roles and plugins came from the venv's site-packages, the callbacks too (the timing table)
+    assert "vllm_fleet.serving" in out and "stage timings (wall clock):" in out
     reports = user / "reports"
     verify = sorted((reports / "verify").glob("*.json"))
     assert verify, f"no verify report under {reports}: {sorted(map(str, reports.rglob('*')))}"
