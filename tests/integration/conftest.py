@@ -8,8 +8,9 @@ Installing vLLM is the slowest part of a lab test (2.5 GB venv, 3-4 min on two c
 only needs "a lab host with vLLM installed" shares this one (`installed_lab`) instead of booting and
 installing its own. The venv it installed is then saved in the lab cache (`vllm-fleet lab save-vllm`), and the
 multi-host labs that test what comes after the install (test_rollout_lab, molecule/default) start with it
-(`lab up --preinstalled-vllm`): their vllm_install role finds vLLM installed. pip itself runs here and in
-molecule/install. Tests that need hosts of their own keep them: a fresh host (test_install_lab's check
+(`lab up --preinstalled-vllm`): their vllm_install role finds vLLM installed. pip itself runs here, once a
+suite (molecule/install starts with the saved venv too since issue 32). Tests that need hosts of their own
+keep them: a fresh host (test_install_lab's check
 mode), several hosts (rollouts), the lab's own lifecycle (test_lab), molecule's scenarios. A module that would
 make the shared lab's serial run the suite's long pole takes a host of its own with the saved venv
 (`own_installed_lab`: test_hardening_lab).

