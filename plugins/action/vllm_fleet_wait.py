@@ -4,11 +4,15 @@ Thin by design: every poll is one module call on the host (`vllm_fleet_instance_
 `systemctl show` and /health, and once /health answers 200 also the journal of the current start, /v1/models
 and /metrics), and `vllm_fleet.verify.report.classify_readiness` decides. An instance that is already up is
 thus read for verify in the wait's first poll: one round trip (issue 21); the model's size (`du`, for the
-deadline) is read only when the first poll finds it still loading. A unit that dies while
-loading is caught at the next poll (NRestarts, a new InvocationID, failed or auto-restart), and the journal of
-the start that was waited on is read and parsed with `vllm_fleet.verify.logcheck`, so the message carries the
-fatal line. While it waits it prints a progress line every `progress_interval` seconds (waited of the
-timeout, unit state, /health, vLLM's last log line: vllm_fleet.verify.progress).
+deadline) is read only when the first poll finds it still loading. After the first poll, a poll that finds
+the instance loading holds on the host (the module reads again every `interval` seconds until /health
+answers or the unit changes) for up to HOLD_S seconds, never past the next progress line or the deadline: a
+start waited on costs a module call (a Python start on the host) per HOLD_S seconds, not one per `interval`
+(issue 32). A unit that dies while loading is caught within `interval` (NRestarts, a new InvocationID,
+failed or auto-restart), and the journal of the start that was waited on is read and parsed with
+`vllm_fleet.verify.logcheck`, so the message carries the fatal line. While it waits it prints a progress
+line every `progress_interval` seconds (waited of the timeout, unit state, /health, vLLM's last log line:
+vllm_fleet.verify.progress).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ ARGUMENT_SPEC = {
 }
 # Shown live: a worker's display calls go through Ansible's result queue to the terminal as they happen.
 display = Display()
+# the longest a poll holds on the host: an instance that comes up is still seen within `interval` seconds
+HOLD_S = 10.0
 
 
 class ActionModule(ActionBase):
@@ -65,14 +71,17 @@ class ActionModule(ActionBase):
     def _module(self, name: str, args: dict, task_vars: dict) -> dict:
         return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
 
-    def _poll(self, target, args: dict, task_vars: dict) -> tuple[UnitState, int | None, dict]:
-        """One read of the instance on the host: its unit's state, /health's status and the whole read."""
+    def _poll(self, target, args: dict, task_vars: dict, hold: float) -> tuple[UnitState, int | None, dict]:
+        """One read of the instance on the host (held up to `hold` seconds while it loads): its unit's state,
+        /health's status and the whole read."""
         argv = read_args(
             target,
             checks=args["checks"],
             api_key=args["api_key"],
             request_timeout=args["request_timeout"],
             checks_timeout=args["checks_timeout"],
+            hold=hold,
+            interval=args["interval"],
         )
         res = self._module(READ_MODULE, argv, task_vars)
         if res.get("failed"):
@@ -130,13 +139,17 @@ class ActionModule(ActionBase):
             None  # the start waited on (a restart under way at the first poll: the new)
         )
         polls = 0
+        host_reads = 0  # the module's reads of the unit and /health, held ones included
+        hold = 0.0  # the first poll answers at once: its state is the baseline a restart is told from
         progress_lines = 0
         next_progress = start + args["progress_interval"]
         host = task_vars.get("inventory_hostname", "")
         try:
             while True:
                 polls += 1
-                state, health, read = self._poll(target, args, task_vars)
+                polled = time.monotonic()
+                state, health, read = self._poll(target, args, task_vars, hold)
+                host_reads += int(read.get("reads") or 1)
                 joined = headless_joined(read) if target.headless else True
                 verdict = classify_readiness(state, baseline, health, headless=target.headless, joined=joined)
                 baseline = baseline or state
@@ -158,10 +171,14 @@ class ActionModule(ActionBase):
                         wait_progress_line(host, unit, time.monotonic() - start, timeout, sub, health, last)
                     )
                     progress_lines += 1
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     verdict = Readiness("timeout", f"not ready within {timeout} s ({verdict.reason})")
                     break
-                time.sleep(min(args["interval"], max(0.0, deadline - time.monotonic())))
+                # a poll that held has waited already; one that answered at once waits `interval`
+                time.sleep(min(max(0.0, args["interval"] - (now - polled)), max(0.0, deadline - now)))
+                next_stop = min(deadline, next_progress) if args["progress_interval"] > 0 else deadline
+                hold = max(0.0, min(HOLD_S, next_stop - time.monotonic()))
         except FleetInputError as exc:
             raise AnsibleActionFail(str(exc)) from exc
 
@@ -172,6 +189,7 @@ class ActionModule(ActionBase):
             reason=verdict.reason,
             waited_s=round(waited, 1),
             polls=polls,
+            host_reads=host_reads,
             progress_lines=progress_lines,
             timeout=timeout,
             target=target.to_dict(),

@@ -1,14 +1,18 @@
 #!/usr/bin/python
 """One read of a vLLM instance on its host: the unit's state, /health and, once it answers 200, the journal of
 the current start, /v1/models and /metrics. The readiness wait polls with it, and its last answer is what
-verify checks, so an instance that was not restarted costs one round trip (issue 21). Nothing is decided
-here: the controller reads the answers (vllm_fleet.verify.hostread)."""
+verify checks, so an instance that was not restarted costs one round trip (issue 21). A read that finds the
+instance loading may hold: read again on the host every `interval` seconds until it answers, its unit
+changes or `hold` seconds pass, so a wait costs a round trip (a Python start on the host) per `hold`
+seconds, not per poll (issue 32). Nothing is decided here: the controller reads the answers
+(vllm_fleet.verify.hostread)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import subprocess
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
@@ -26,6 +30,10 @@ description:
   - With an empty O(base_url) (a headless rank of a multi-host instance, which has no API), the journal of
     the current start once the unit is active, whatever O(checks) says, since that journal is the rank's
     readiness.
+  - With O(hold) above 0, a read that finds the instance loading (the unit activating or active, C(/health)
+    not 200) reads the unit and C(/health) again every O(interval) seconds, for up to O(hold) seconds, and
+    answers as soon as C(/health) answers 200 or the unit's ActiveState, SubState, InvocationID, NRestarts or
+    MainPID changes, with the last read (and its checks, when ready).
   - Used by the P(vllm_fleet.serving.vllm_fleet_wait#module) action, which decides on the controller
     (C(vllm_fleet.verify.hostread)). Changes nothing on the host.
 version_added: "0.1.0"
@@ -64,6 +72,14 @@ options:
     description: Seconds the C(/v1/models) and C(/metrics) requests may take.
     type: int
     default: 120
+  hold:
+    description: Seconds a read that finds the instance loading may go on reading; 0 answers at once.
+    type: float
+    default: 0
+  interval:
+    description: Seconds between two reads while it holds.
+    type: float
+    default: 2
 attributes:
   check_mode:
     support: full
@@ -104,7 +120,15 @@ metrics:
   description: C(status), C(msg) and C(content) of C(GET /metrics); C({}) when not read.
   type: dict
   returned: always
+reads:
+  description: How many times the unit and C(/health) were read (more than 1 when it held).
+  type: int
+  returned: always
 """
+
+# what a start in progress keeps until it is ready, crashes or restarts: a change of one ends a hold
+HELD_PROPERTIES = ("ActiveState", "SubState", "InvocationID", "NRestarts", "MainPID")
+LOADING_STATES = ("activating", "active")
 
 
 def show_props(text: str) -> dict[str, str]:
@@ -134,8 +158,38 @@ def _journal(params: dict, props: dict, run) -> dict:
     return {"rc": journal.returncode, "stdout": journal.stdout}
 
 
-def read_instance(params: dict, run=subprocess.run, get=http_get) -> dict:
+def read_instance(
+    params: dict, run=subprocess.run, get=http_get, clock=time.monotonic, sleep=time.sleep
+) -> dict:
     """The instance's reads, in the order a poll needs them (see the module's description)."""
+    until = clock() + (params.get("hold") or 0)
+    out, props = _unit_and_health(params, run, get)
+    started, reads = _held(props), 1
+    while _loading(out, props) and _held(props) == started and clock() + params["interval"] <= until:
+        sleep(params["interval"])
+        out, props = _unit_and_health(params, run, get)
+        reads += 1
+    out["reads"] = reads
+    if out.get("failed") or props.get("LoadState") == "not-found":
+        return out
+    base = params["base_url"].rstrip("/")
+    if not base:
+        # a headless rank of a multi-host instance: no API; once its unit runs, its journal is the read, and
+        # its readiness too (its workers' `rank R in world size N` line), so it is read without O(checks)
+        if props.get("ActiveState") == "active":
+            out["journal"] = _journal(params, props, run)
+        return out
+    if not (params["checks"] and out["health"]["status"] == 200):
+        return out
+    out["journal"] = _journal(params, props, run)
+    headers = {"Authorization": f"Bearer {params['api_key']}"} if params["api_key"] else {}
+    out["models"] = get(f"{base}/v1/models", params["checks_timeout"], headers)
+    out["metrics"] = get(f"{base}/metrics", params["checks_timeout"])
+    return out
+
+
+def _unit_and_health(params: dict, run, get) -> tuple[dict, dict[str, str]]:
+    """One `systemctl show` of the unit and, for an instance with an API whose unit exists, its /health."""
     show = run(
         ["systemctl", "show", "-p", ",".join(params["properties"]), "--", params["unit"]],
         capture_output=True,
@@ -143,27 +197,24 @@ def read_instance(params: dict, run=subprocess.run, get=http_get) -> dict:
         check=False,
     )
     if show.returncode != 0:
-        return {"failed": True, "msg": f"systemctl show {params['unit']} failed: {show.stderr.strip()}"}
+        return {"failed": True, "msg": f"systemctl show {params['unit']} failed: {show.stderr.strip()}"}, {}
     props = show_props(show.stdout)
-    base, timeout = params["base_url"].rstrip("/"), params["request_timeout"]
     out = {"unit_show": show.stdout, "health": {}, "journal": {}, "models": {}, "metrics": {}}
-    if props.get("LoadState") == "not-found":
-        return out
-    if not base:
-        # a headless rank of a multi-host instance: no API; once its unit runs, its journal is the read, and
-        # its readiness too (its workers' `rank R in world size N` line), so it is read without O(checks)
-        if props.get("ActiveState") == "active":
-            out["journal"] = _journal(params, props, run)
-        return out
-    health = get(f"{base}/health", timeout)
-    out["health"] = {"status": health["status"], "msg": health["msg"]}
-    if not (params["checks"] and health["status"] == 200):
-        return out
-    out["journal"] = _journal(params, props, run)
-    headers = {"Authorization": f"Bearer {params['api_key']}"} if params["api_key"] else {}
-    out["models"] = get(f"{base}/v1/models", params["checks_timeout"], headers)
-    out["metrics"] = get(f"{base}/metrics", params["checks_timeout"])
-    return out
+    base = params["base_url"].rstrip("/")
+    if base and props.get("LoadState") != "not-found":
+        health = get(f"{base}/health", params["request_timeout"])
+        out["health"] = {"status": health["status"], "msg": health["msg"]}
+    return out, props
+
+
+def _loading(out: dict, props: dict[str, str]) -> bool:
+    """An instance with an API still on its way up: its unit starting or running, /health not yet 200."""
+    health = out.get("health") or {}
+    return bool(health) and health["status"] != 200 and props.get("ActiveState") in LOADING_STATES
+
+
+def _held(props: dict[str, str]) -> tuple:
+    return tuple(props.get(name) for name in HELD_PROPERTIES)
 
 
 def main() -> None:
@@ -177,6 +228,8 @@ def main() -> None:
             "api_key": {"type": "str", "default": "", "no_log": True},
             "request_timeout": {"type": "int", "default": 5},
             "checks_timeout": {"type": "int", "default": 120},
+            "hold": {"type": "float", "default": 0},
+            "interval": {"type": "float", "default": 2},
         },
         supports_check_mode=True,
     )

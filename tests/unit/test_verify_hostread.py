@@ -165,6 +165,64 @@ def test_while_loading_only_the_unit_and_health_are_read(server: str) -> None:
     assert hostread.poll_of(read, "u")[1] == 503 and hostread.check_reads(read) is None
 
 
+class Clock:
+    """Stands in for time.monotonic and time.sleep: a sleep moves the clock, and may change the answers."""
+
+    def __init__(self, on_sleep=None) -> None:
+        self.now, self.sleeps, self.on_sleep = 0.0, 0, on_sleep
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        if self.on_sleep:
+            self.on_sleep(self.sleeps)
+
+
+def held_read(server: str, runner: Runner, clock: Clock, hold: float = 6) -> dict[str, Any]:
+    params = hostread.read_args(target(server), checks=True, hold=hold, interval=2)
+    return MODULE.read_instance(params, run=runner, clock=clock, sleep=clock.sleep)
+
+
+def test_a_loading_instance_is_read_again_on_the_host_until_the_hold_ends(server: str) -> None:
+    """Issue 32: a wait pays one module call (a Python start on the host) per hold, not one per poll."""
+    Answers.status = {"/health": 503}
+    runner, clock = Runner(RUNNING), Clock()
+    read = held_read(server, runner, clock)
+    # reads at 0, 2, 4 and 6 s: a fifth would end past the hold
+    assert read["reads"] == 4 and clock.now == 6 and len(runner.calls) == 4
+    assert [p for p, _ in Answers.seen] == ["/health"] * 4
+    assert hostread.poll_of(read, "u")[1] == 503 and hostread.check_reads(read) is None
+
+
+def test_a_hold_ends_when_the_instance_answers_and_the_checks_are_read_in_the_same_call(server: str) -> None:
+    Answers.status = {"/health": 503}
+
+    def ready_after_two(sleeps: int) -> None:
+        if sleeps == 2:
+            Answers.status = {}
+
+    runner, clock = Runner(RUNNING, journal_json()), Clock(ready_after_two)
+    read = held_read(server, runner, clock, hold=10)
+    assert read["reads"] == 3 and clock.now == 4
+    assert [p for p, _ in Answers.seen] == ["/health"] * 3 + ["/v1/models", "/metrics"]
+    assert hostread.check_reads(read) is not None
+
+
+def test_a_hold_ends_when_the_unit_changes(server: str) -> None:
+    """A restart (a new InvocationID) or a crash answers at once: the controller tells the start apart."""
+    Answers.status = {"/health": 503}
+    restarted = RUNNING.replace(INVOCATION, "0" * 32)
+    runner, clock = Runner(RUNNING), Clock(lambda sleeps: setattr(runner, "show", restarted))
+    read = held_read(server, runner, clock, hold=10)
+    assert read["reads"] == 2 and hostread.poll_of(read, "u")[0].invocation_id == "0" * 32
+    failed = RUNNING.replace("ActiveState=active", "ActiveState=failed")
+    runner, clock = Runner(failed), Clock()
+    assert held_read(server, runner, clock, hold=10)["reads"] == 1  # not loading: no hold at all
+
+
 def test_a_refused_connection_is_no_answer_and_no_checks(server: str) -> None:
     port = int(server.rsplit(":", 1)[1])
     closed = f"http://127.0.0.1:{port + 1 if port < 65535 else port - 1}"

@@ -25,7 +25,14 @@ READ_MODULE = "vllm_fleet.serving.vllm_fleet_instance_read"
 
 
 def read_args(
-    target: ApiTarget, *, checks: bool, api_key: str = "", request_timeout: int = 5, checks_timeout: int = 120
+    target: ApiTarget,
+    *,
+    checks: bool,
+    api_key: str = "",
+    request_timeout: int = 5,
+    checks_timeout: int = 120,
+    hold: float = 0,
+    interval: float = 2,
 ) -> dict[str, Any]:
     """The module's arguments for one poll of `target` (`checks`: also read what verify checks, once ready).
 
@@ -35,6 +42,8 @@ def read_args(
         api_key: the Bearer token /v1/models needs when the instance runs with one ("" for none).
         request_timeout: seconds the /health request may take.
         checks_timeout: seconds the /v1/models and /metrics requests may take.
+        hold: seconds a read that finds the instance loading may go on reading on the host (0: one read).
+        interval: seconds between those reads.
 
     Returns:
         The argument dict for `vllm_fleet_instance_read`.
@@ -48,6 +57,8 @@ def read_args(
         "api_key": api_key,
         "request_timeout": request_timeout,
         "checks_timeout": checks_timeout,
+        "hold": hold,
+        "interval": interval,
     }
 
 
