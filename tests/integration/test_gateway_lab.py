@@ -53,17 +53,19 @@ import rollout_under_load as bench  # noqa: E402  benchmarks/rollout_under_load.
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 LAB = "gwtest"
-# Each load starts at its host's turn (the benchmark's pre-change hook holds the turn until the load flows).
-# A load that ends before its host has been back for 10 s is continued by another `vllm bench serve` run
-# (the benchmark's --after), with a pause of a few seconds while it starts, and the drained load must have
-# requests started after the return. The first run must span the stop, which no continuation can be trusted
-# with (a stop in the pause sees no request: the control lost none so in CI, stop 40, its 1200 requests ending
-# 43 s into the turn, the argv check under the load taking 38 s). Both loads are paced here, the short one at
-# 10 a second (half of what its 8 streams took unpaced in CI, 20 a second) and the long one at the
-# benchmark's 5: an unpaced load kept both cores busy for the whole rollout and stretched each turn (the
-# drained host's 111 s against 72 s for the long set's paced one, session 22). Each first run lasts about
-# 60-80 s, past the stop (35-60 s into the turn in CI); continuations are 10 s each.
-OPTIONS = ["--steady", "10", "--request-rate", "10", "--requests", "600", "--more-requests", "100"]
+# Each load starts at its host's turn (the benchmark's pre-change hook holds the turn until the load
+# flows), and runs --steady seconds (5: 50 and 25 requests) before the turn goes on. A load that ends before
+# its host has been back for --after seconds (5) is continued by another `vllm bench serve` run, with a pause
+# of a few seconds while it starts, and the drained load must have requests started after the return. The
+# first run must span the stop, which no continuation can be trusted with (a stop in the pause sees no
+# request: the control lost none so in CI, stop 40, its 1200 requests ending 43 s into the turn, the argv
+# check under the load taking 38 s). Both loads are paced here, the short one at 10 a second (half of what
+# its 8 streams took unpaced in CI, 20 a second) and the long one at the benchmark's 5: an unpaced load kept
+# both cores busy for the whole rollout and stretched each turn (the drained host's 111 s against 72 s for
+# the long set's paced one, session 22). Each first run lasts about 60-80 s, past the stop (35-60 s into the
+# turn in CI); continuations are 10 s each.
+OPTIONS = ["--steady", "5", "--after", "5", "--request-rate", "10", "--requests", "600"]
+OPTIONS += ["--more-requests", "100"]
 OPTIONS += ["--long-request-rate", "5", "--long-requests", "400", "--long-more-requests", "50"]
 
 
