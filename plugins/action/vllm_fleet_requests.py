@@ -3,10 +3,11 @@
 Thin by design: the requests, their order and the warm-up prompt are
 `vllm_fleet.verify.live.send_test_requests` (which `vllm-fleet verify` sends with urllib); here each request
 is one call of the stock `ansible.builtin.uri` module on the host, so an instance that listens on loopback is
-reached where it runs. One task looped over a host's instances replaces five tasks included once per
-instance, which Ansible ran one host after another (issue 21). The answers come back in the shape `uri`
-registers (status, content, json); the API key never does: it is a no_log argument, and each `uri` result is
-cut to its answer.
+reached where it runs, but the warm-up requests, one body sent `warmup_requests` times, are one call of
+`vllm_fleet_warmup` (a Python start on the host for all of them, not one each: issue 32). One task looped
+over a host's instances replaces five tasks included once per instance, which Ansible ran one host after
+another (issue 21). The answers come back in the shape `uri` registers (status, content, json); the API key
+never does: it is a no_log argument, and each `uri` result is cut to its answer.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "int", "default": 120},
     "api_key": {"type": "str", "default": "", "no_log": True},
 }
+WARMUP_MODULE = "vllm_fleet.serving.vllm_fleet_warmup"
 # what a request's answer keeps of the uri module's result (not its invocation: that holds the headers)
 ANSWER_KEYS = ("status", "content", "json", "msg", "url")
 
@@ -99,5 +101,22 @@ class ActionModule(ActionBase):
                 display.display(requests_progress_line(host, target.instance, answered, elapsed, status))
             return answer
 
-        result.update(changed=False, **send_test_requests(target, request, args["metrics_before"], send))
+        def send_warmup(url: str, body: dict[str, Any], count: int) -> list[int]:
+            warmup_args = {
+                "url": url,
+                "body": body,
+                "count": count,
+                "api_key": args["api_key"],
+                "timeout": args["timeout"],
+            }
+            res = self._execute_module(
+                module_name=WARMUP_MODULE, module_args=warmup_args, task_vars=task_vars
+            )
+            nonlocal answered
+            answered += count
+            # skipped (check mode) or failed: no answer, as a skipped uri call gives none
+            return list(res.get("statuses") or [-1] * count)
+
+        answers = send_test_requests(target, request, args["metrics_before"], send, send_warmup)
+        result.update(changed=False, **answers)
         return result

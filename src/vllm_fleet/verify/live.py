@@ -154,24 +154,29 @@ def send_test_requests(
     request: Request,
     metrics_before: str,
     send: Callable[..., dict[str, Any]] = http,
+    send_warmup: Callable[[str, dict[str, Any], int], list[int]] | None = None,
 ) -> dict[str, Any]:
     """The test requests after a (re)start: a completion, a chat completion, the warm-up load on a prompt
     that spans a KV block (prefix-cache hits, TTFT), then the /metrics scrape they are measured against.
     The CLI sends them with `http`; the role's vllm_fleet_requests action through `ansible.builtin.uri` on
-    the host.
+    the host, and the warm-up requests, all one body, with `send_warmup(url, body, count) -> [statuses]`
+    (the module vllm_fleet_warmup: one call on the host for all of them); without it they go through `send`.
 
     Returns `{"api": {completion, chat, metrics}, "metrics_before", "metrics_after", "warmup": [statuses],
     "probe_prompt"}`.
     """
     base, timeout, auth = target.base_url, request.timeout_s, _headers(request)
 
-    def complete(prompt: str) -> dict[str, Any]:
-        body = {
+    def completion_body(prompt: str) -> dict[str, Any]:
+        return {
             "model": target.served_model_name,
             "prompt": prompt,
             "max_tokens": request.max_tokens,
             "temperature": 0,
         }
+
+    def complete(prompt: str) -> dict[str, Any]:
+        body = completion_body(prompt)
         return send("POST", f"{base}/v1/completions", headers=auth, timeout_s=timeout, body=body)
 
     completion = complete(request.prompt)
@@ -195,7 +200,10 @@ def send_test_requests(
         target.max_model_len,
         request.max_tokens,
     )
-    warmup = [complete(probe).get("status") for _ in range(request.warmup_requests)]
+    if send_warmup is None:
+        warmup = [complete(probe).get("status") for _ in range(request.warmup_requests)]
+    else:
+        warmup = send_warmup(f"{base}/v1/completions", completion_body(probe), request.warmup_requests)
     after = send("GET", f"{base}/metrics", timeout_s=timeout)
     return {
         "api": {"completion": completion, "chat": chat, "metrics": after},
