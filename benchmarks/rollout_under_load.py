@@ -386,6 +386,8 @@ class Followed:
 
 def follow(
     inv: Path,
+    gateway: str,
+    address: str,
     args: argparse.Namespace,
     folder: Path,
     rollout: subprocess.Popen[str],
@@ -393,8 +395,8 @@ def follow(
     running: list[subprocess.Popen[str]],
 ) -> Followed:
     """At `load.host`'s turn (the pre-change hook's mark): the load's first run, `--steady` seconds of it
-    once it flows (the phase "before"), the hook let go, and the load kept up until the host's return."""
-    _hosts, gateway, address = hosts_of(inv)
+    once it flows (the phase "before"), the hook let go, and the load kept up until the host's return.
+    `gateway`, `address`: the gateway host and its address (hosts_of)."""
     wait_for_mark(folder / f"go-{load.host}", rollout, folder / "rollout.log")
     base = frontend_requests(gateway_stat(inv, gateway))
     first = start_load(inv, gateway, address, args, load, 0)
@@ -426,7 +428,7 @@ def one_rollout(inv: Path, args: argparse.Namespace, folder: Path) -> list[dict[
     folder.mkdir(parents=True, exist_ok=True)
     for stale in (*folder.glob("go-*"), *folder.glob("flowing-*"), *folder.glob("back-*")):
         stale.unlink()
-    hosts, gateway, _address = hosts_of(inv)
+    hosts, gateway, address = hosts_of(inv)
     short, long = loads(args, hosts)
     change = the_change()
     extra = {
@@ -447,7 +449,9 @@ def one_rollout(inv: Path, args: argparse.Namespace, folder: Path) -> list[dict[
         )  # fmt: skip
         try:
             running.append(rollout)
-            followed = [follow(inv, args, folder, rollout, load, running) for load in (short, long)]
+            followed = [
+                follow(inv, gateway, address, args, folder, rollout, load, running) for load in (short, long)
+            ]
             rollout.wait(timeout=1200)
         finally:
             for process in running:
