@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from plans import lab_instance_plan
 from pluginload import load_plugin
 
+from vllm_fleet.plan.host import InstancePlan
 from vllm_fleet.verify import live
-from vllm_fleet.verify.report import ApiTarget
+from vllm_fleet.verify.report import api_target
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTHY = REPO / "tests" / "fixtures" / "metrics" / "healthy"
@@ -92,21 +94,11 @@ def test_send_test_requests_hands_the_warmup_over_as_one_batch() -> None:
         batches.append((url, body, count))
         return [200] * count
 
-    target = ApiTarget(
-        instance="i0",
-        unit="vllm-fleet-i0.service",
-        address="127.0.0.1",
-        port=8001,
-        served_model_name="tiny",
-        max_model_len=256,
-        prefix_caching=True,
-        spec_decode=False,
-        model_path="/srv/vllm-fleet-lab/models/tiny",
-    )
+    target = api_target(InstancePlan.from_dict(lab_instance_plan(vllm_service_host="127.0.0.1")))
     request = live.Request(prompt="ab", warmup_requests=8)
     answers = live.send_test_requests(target, request, before, send, send_warmup)
     assert sent == [("POST", "completions"), ("POST", "completions"), ("GET", "metrics")]
     ((url, body, count),) = batches
-    assert (url, count) == ("http://127.0.0.1:8001/v1/completions", 8)
+    assert (url, count) == (f"{target.base_url}/v1/completions", 8)
     assert body == {"model": "tiny", "prompt": answers["probe_prompt"], "max_tokens": 8, "temperature": 0}
     assert answers["warmup"] == [200] * 8
