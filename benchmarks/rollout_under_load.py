@@ -38,9 +38,9 @@ may fail or be cut short. Host 1's turn restarts it in place: the process it sto
 unit's stop timeout stays the abort's, deploy.service.STOP_TIMEOUT, 60 s, as `--max-num-seqs` is what
 changes). Its streams in flight end with HTTP 500, and the gateway sends requests to the stopped server
 until its check fails (503): the long load must lose some, or the measurement could not see a loss. (The
-abort may also leave the open streams waiting, "Waiting for connections to close", until systemd kills the
-process after its stop timeout: always with vLLM's worker in a process of its own, in some runs with it
-in-process: docs/interfaces.md.) The two turns used to be two rollouts, the control rolling host 2 alone
+abort may also leave the open streams waiting, "Waiting for connections to close", always with vLLM's worker
+in a process of its own, in some runs with it in-process (docs/interfaces.md): the lab's gateway closes them
+after ABORTED_STREAM_TIMEOUT_S without a byte, where the role's 600 s left them to systemd's stop timeout.) The two turns used to be two rollouts, the control rolling host 2 alone
 first; one rollout saves a rollout and its load (issue 32). Afterwards deploy.yml puts the lab's values back
 (both hosts, one at a time behind the gateway), unless --no-restore.
 """
@@ -81,6 +81,12 @@ LAB_VARS = ROOT / "inventory" / "group_vars" / "lab" / "vllm.yml"
 # it.
 LONG_MAX_MODEL_LEN = 1024
 SHORT_MAX_MODEL_LEN = 256
+# HAProxy's `timeout server` on the lab's gateway: how long a stream may go without a byte from vLLM. The
+# undrained host's abort kills its engine but leaves the streams in flight open ("Waiting for connections to
+# close"), and vLLM exits only once they close: under the role's 600 s that was systemd's stop timeout (60 s)
+# each rollout, under this one HAProxy closes them (a failed request either way, the control's point). The
+# lab's longest silence is a first token under load, under 2 s in CI (P99 TTFT, benchmarks/README.md).
+ABORTED_STREAM_TIMEOUT_S = 15
 VENV = "/opt/vllm-fleet/venv"
 MODEL = "/srv/vllm-fleet-lab/models/tiny"
 RESULT = "/tmp/vllm-fleet-rollout-under-load-{load}-{chunk}.json"  # each `vllm bench serve` run
@@ -138,7 +144,8 @@ def lab_inventory(folder: Path, lab_inventory_file: Path) -> Path:
             "vllm_service_drain": drain,
         }
         (folder / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(host_vars))
-    (folder / "group_vars" / "gateway" / "gateway.yml").write_text(yaml.safe_dump(gateway_group_vars()))
+    gateway_vars = gateway_group_vars() | {"fleet_gateway_server_timeout": ABORTED_STREAM_TIMEOUT_S}
+    (folder / "group_vars" / "gateway" / "gateway.yml").write_text(yaml.safe_dump(gateway_vars))
     # every report of the lab's runs (plans, verify, rollouts) beside its inventory, not in the clone's
     # reports/, where another test's rollout counts and removes the run folders it finds new (test_readme)
     (folder / "group_vars" / "all").mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ plans), host 2 in set `short` (max_model_len 256 against the long set's 1024).
   - the long set's host restarts in place (vllm_service_drain false in its host_vars: the negative control)
     under long prompts (4 streams, 5 a second), and that load loses or truncates requests: the measurement
     sees failures when there are some. The process it stops aborts (its streams in flight end with HTTP
-    500, or hang until systemd's stop timeout: docs/interfaces.md) and the gateway sends the next requests
-    to the stopped server until its check fails (503).
+    500, or hang until the gateway's server timeout, 15 s here, closes them: docs/interfaces.md) and the
+    gateway sends the next requests to the stopped server until its check fails (503).
   These were two rollouts, the control rolling the short set's host alone first (issue 32: one saves a
   rollout and a load). P99 TTFT before and during is printed, not asserted: a figure of a shared 2-core
   machine (CI, stop 37: 1101.5 ms during against 542.5 ms before, over a bound of twice) is the benchmark's
