@@ -40,8 +40,9 @@ changes). Its streams in flight end with HTTP 500, and the gateway sends request
 until its check fails (503): the long load must lose some, or the measurement could not see a loss. (The
 abort may also leave the open streams waiting, "Waiting for connections to close", always with vLLM's worker
 in a process of its own, in some runs with it in-process (docs/interfaces.md): the lab's gateway closes them
-after ABORTED_STREAM_TIMEOUT_S without a byte, where the role's 600 s left them to systemd's stop timeout.) The two turns used to be two rollouts, the control rolling host 2 alone
-first; one rollout saves a rollout and its load (issue 32). Afterwards deploy.yml puts the lab's values back
+after ABORTED_STREAM_TIMEOUT_S without a byte, where the role's 600 s left them to systemd's stop timeout.)
+The two turns used to be two rollouts, the control rolling host 2 alone first; one rollout saves a rollout
+and its load (issue 32). Afterwards deploy.yml puts the lab's values back
 (both hosts, one at a time behind the gateway), unless --no-restore.
 """
 
