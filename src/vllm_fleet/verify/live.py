@@ -1,7 +1,7 @@
 """The HTTP side of `vllm-fleet verify`: ask a running vLLM what the vllm_verify role asks, with urllib only.
 
 The role reads an instance in its readiness wait and sends the test requests with `send_test_requests`
-through `ansible.builtin.uri` on the host (the vllm_fleet_requests action); this module gathers the same
+through the module vllm_fleet_http on the host (the vllm_fleet_requests action); this module gathers the same
 answers, in the same order and shape (`status`, `content`, `json`: what `uri` registers), with urllib, for a
 vLLM that runs under no systemd unit of this toolkit (a container, another supervisor, a GPU host without
 systemd). The verdict is `vllm_fleet.verify.report.build_report`'s in both cases.
@@ -149,67 +149,89 @@ def gather(
     return answers
 
 
+@dataclass(frozen=True)
+class Call:
+    """One of the test requests: what `send` is given, the API key sent where `auth`."""
+
+    method: str
+    url: str
+    body: dict[str, Any] | None = None
+    auth: bool = False
+
+
+def one_by_one(
+    request: Request, send: Callable[..., dict[str, Any]] = http
+) -> Callable[[list[Call]], list[dict[str, Any]]]:
+    """A `send_batch` that sends each call through `send` (the CLI's urllib), one after another."""
+    auth = _headers(request)
+
+    def send_batch(calls: list[Call]) -> list[dict[str, Any]]:
+        return [
+            send(
+                call.method,
+                call.url,
+                body=call.body,
+                headers=auth if call.auth else None,
+                timeout_s=request.timeout_s,
+            )
+            for call in calls
+        ]
+
+    return send_batch
+
+
 def send_test_requests(
     target: ApiTarget,
     request: Request,
     metrics_before: str,
     send: Callable[..., dict[str, Any]] = http,
-    send_warmup: Callable[[str, dict[str, Any], int], list[int]] | None = None,
+    send_batch: Callable[[list[Call]], list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """The test requests after a (re)start: a completion, a chat completion, the warm-up load on a prompt
     that spans a KV block (prefix-cache hits, TTFT), then the /metrics scrape they are measured against.
-    The CLI sends them with `http`; the role's vllm_fleet_requests action through `ansible.builtin.uri` on
-    the host, and the warm-up requests, all one body, with `send_warmup(url, body, count) -> [statuses]`
-    (the module vllm_fleet_warmup: one call on the host for all of them); without it they go through `send`.
+    They go in two batches, `send_batch(calls) -> answers`: the completion and the chat, then (the warm-up
+    prompt sized from the completion's answer) the warm-up requests and the scrape. The CLI sends each call
+    with `http` (`one_by_one`, the default); the role's vllm_fleet_requests action sends each batch as one
+    call of the module vllm_fleet_http on the host (one Python start there per batch).
 
     Returns `{"api": {completion, chat, metrics}, "metrics_before", "metrics_after", "warmup": [statuses],
     "probe_prompt"}`.
     """
-    base, timeout, auth = target.base_url, request.timeout_s, _headers(request)
+    batch = send_batch or one_by_one(request, send)
+    base = target.base_url
 
-    def completion_body(prompt: str) -> dict[str, Any]:
-        return {
+    def completion(prompt: str) -> Call:
+        body = {
             "model": target.served_model_name,
             "prompt": prompt,
             "max_tokens": request.max_tokens,
             "temperature": 0,
         }
+        return Call("POST", f"{base}/v1/completions", body, auth=True)
 
-    def complete(prompt: str) -> dict[str, Any]:
-        body = completion_body(prompt)
-        return send("POST", f"{base}/v1/completions", headers=auth, timeout_s=timeout, body=body)
-
-    completion = complete(request.prompt)
-    chat = send(
-        "POST",
-        f"{base}/v1/chat/completions",
-        headers=auth,
-        timeout_s=timeout,
-        body={
-            "model": target.served_model_name,
-            "messages": [{"role": "user", "content": request.prompt}],
-            "max_tokens": request.max_tokens,
-            "temperature": 0,
-        },
+    chat_body = {
+        "model": target.served_model_name,
+        "messages": [{"role": "user", "content": request.prompt}],
+        "max_tokens": request.max_tokens,
+        "temperature": 0,
+    }
+    first, chat = batch(
+        [completion(request.prompt), Call("POST", f"{base}/v1/chat/completions", chat_body, True)]
     )
     # The prompt repeated to span more than one KV block: prefix caching hits whole blocks only.
     probe = probe_prompt(
         request.prompt,
-        _prompt_tokens(completion),
+        _prompt_tokens(first),
         cache_block_size(metrics_before),
         target.max_model_len,
         request.max_tokens,
     )
-    if send_warmup is None:
-        warmup = [complete(probe).get("status") for _ in range(request.warmup_requests)]
-    else:
-        warmup = send_warmup(f"{base}/v1/completions", completion_body(probe), request.warmup_requests)
-    after = send("GET", f"{base}/metrics", timeout_s=timeout)
+    *warmup, after = batch([completion(probe)] * request.warmup_requests + [Call("GET", f"{base}/metrics")])
     return {
-        "api": {"completion": completion, "chat": chat, "metrics": after},
+        "api": {"completion": first, "chat": chat, "metrics": after},
         "metrics_before": metrics_before,
         "metrics_after": after.get("content") or "",
-        "warmup": warmup,
+        "warmup": [answer.get("status") for answer in warmup],
         "probe_prompt": probe,
     }
 
