@@ -1,4 +1,4 @@
-"""The verify action plugins and their docs stay in step."""
+"""The action plugins that carry an ARGUMENT_SPEC and their docs stay in step."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def _load(path: Path):
     return module
 
 
-@pytest.mark.parametrize("name", ["vllm_fleet_wait", "vllm_fleet_logcheck", "vllm_fleet_requests"])
+@pytest.mark.parametrize(
+    "name", ["vllm_fleet_wait", "vllm_fleet_logcheck", "vllm_fleet_requests", "vllm_fleet_rollout_record"]
+)
 def test_ansible_doc_documents_exactly_the_action_plugin_arguments(name: str) -> None:
     result = subprocess.run(
         [str(BIN / "ansible-doc"), "-M", str(ROOT / "plugins/modules"), "--json", name],
