@@ -21,6 +21,14 @@ def vllm_fleet_drifted(
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def vllm_fleet_file_writes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The files of `items` as the module vllm_fleet_files writes them (path, content, mode, owner, group)."""
+    try:
+        return filestate.file_writes(items)
+    except FleetInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"vllm_fleet_drifted": vllm_fleet_drifted}
+        return {"vllm_fleet_drifted": vllm_fleet_drifted, "vllm_fleet_file_writes": vllm_fleet_file_writes}

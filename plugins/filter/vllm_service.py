@@ -10,6 +10,7 @@ from vllm_fleet.deploy import argvcheck, filestate
 from vllm_fleet.deploy.service import (
     ServiceOptions,
     decide,
+    digest_items,
     drained_restarts,
     env_items,
     env_sha256,
@@ -102,6 +103,11 @@ def vllm_service_env_drifted(files: list[dict[str, Any]], host_state: dict[str, 
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def vllm_service_digests(files: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """The applied digests of the instances `names` (just restarted) as items to write (root, 0600)."""
+    return digest_items(list(files or []), list(names or []))
+
+
 def vllm_service_decide(
     files: list[dict[str, Any]],
     host_state: dict[str, Any],
@@ -150,6 +156,7 @@ class FilterModule:
             "vllm_service_env_sha256": vllm_service_env_sha256,
             "vllm_service_env_drifted": vllm_service_env_drifted,
             "vllm_service_decide": vllm_service_decide,
+            "vllm_service_digests": vllm_service_digests,
             "vllm_service_group_restart": vllm_service_group_restart,
             "vllm_service_restart_paths": vllm_service_restart_paths,
             "vllm_service_argv_checks": vllm_service_argv_checks,

@@ -62,3 +62,16 @@ def drifted(
         if why:
             out.append({**item, "drift": why})
     return out
+
+
+FILE_SPEC_KEYS = ("path", "content", "mode", "owner", "group")
+
+
+def file_writes(items: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The files of `items` (each with its "content") as the module vllm_fleet_files takes them: path,
+    content and, where the item has them, mode, owner and group (nothing else: the module refuses other
+    keys)."""
+    missing = [str(item.get("path")) for item in items if "content" not in item or "path" not in item]
+    if missing:
+        raise FleetInputError(f"vllm_fleet_file_writes: no path or content for {', '.join(missing)}")
+    return [{key: item[key] for key in FILE_SPEC_KEYS if key in item} for item in items]

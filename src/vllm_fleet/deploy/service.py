@@ -729,6 +729,22 @@ def env_items(files: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def digest_items(files: list[Mapping[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """The applied digest of each instance of `names` (what it now runs, the restart decision's record), as
+    items to write: root, 0600."""
+    return [
+        {
+            "path": f["digest_path"],
+            "content": f"{f['digest']}\n",
+            "owner": "root",
+            "group": "root",
+            "mode": "0600",
+        }
+        for f in files
+        if f["name"] in names
+    ]
+
+
 def env_sha256(files: list[Mapping[str, Any]]) -> dict[str, str]:
     """EnvironmentFile path -> the sha256 of its text, for the host to compare (it never returns its own)."""
     return {f["env_path"]: filestate.content_sha256(str(f["env_text"])) for f in files}
@@ -745,8 +761,9 @@ def decide(
     text of each digest file, the units' states, the units `unit_glob` matches) -> what the role does, each
     empty on a converged host (issue 21): the items to write ("writes", with "drift": why), the instances to
     (re)start ("restart": a changed digest, a unit not running, or a unit file that drifted), the instances
-    that left the layout ("stale"), the units to enable ("enable"), and whether systemd holds outdated unit
-    definitions already ("reload": a run interrupted before its daemon-reload)."""
+    that left the layout ("stale"), the units to enable ("enable"), and whether systemd must reload
+    ("reload": a unit to write, or outdated unit definitions held already, a run interrupted before its
+    daemon-reload or a unit edited by hand without one)."""
     contents = host_state.get("contents") or {}
     units = host_state.get("units") or {}
     missing = [f["unit_name"] for f in files if f["unit_name"] not in units]
@@ -775,5 +792,6 @@ def decide(
         "restart": restart,
         "stale": stale,
         "enable": [f["unit_name"] for f in files if units[f["unit_name"]].get("UnitFileState") != "enabled"],
-        "reload": any(units[f["unit_name"]].get("NeedDaemonReload") == "yes" for f in files),
+        "reload": any(w.get("kind") == "unit" for w in writes)
+        or any(units[f["unit_name"]].get("NeedDaemonReload") == "yes" for f in files),
     }
