@@ -269,12 +269,17 @@ def main() -> None:
         required_if=[("state", "keep", ["snapshot"]), ("state", "restore", ["snapshot"])],
         supports_check_mode=True,
     )
-    if module.params["state"] == "read":
-        module.exit_json(changed=False, **read_config(module.params))
-    if module.params["state"] == "restore":
-        written, removed = restore_config(module.params, check_mode=module.check_mode)
-        module.exit_json(changed=bool(written or removed), written=written, removed=removed)
-    written = keep_config(module.params, check_mode=module.check_mode)
+    state, check_mode = module.params["state"], module.check_mode
+    try:
+        if state == "read":
+            module.exit_json(changed=False, **read_config(module.params))
+        if state == "restore":
+            written, removed = restore_config(module.params, check_mode=check_mode)
+            module.exit_json(changed=bool(written or removed), written=written, removed=removed)
+        written = keep_config(module.params, check_mode=check_mode)
+    except (OSError, re.error, UnicodeDecodeError) as exc:
+        # a kept file gone (a snapshot pruned by hand), a folder not readable: the role's rescue says so
+        module.fail_json(msg=f"vllm_fleet_rollout_config ({state}): {exc}")
     module.exit_json(changed=bool(written), written=written)
 
 

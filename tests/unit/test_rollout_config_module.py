@@ -131,3 +131,18 @@ def test_restore_puts_the_kept_files_back_and_removes_what_the_failed_one_added(
     assert MODULE.read_config(host) == good
     assert Path(paths["config"][0]).stat().st_mode & 0o7777 == 0o600
     assert MODULE.restore_config(restore) == ([], [])
+
+
+def test_a_kept_file_gone_is_an_os_error_the_module_reports(host: dict[str, str], tmp_path: Path) -> None:
+    """main() turns it into a failed task (fail_json with the path), which the role's rescue reports."""
+    good = MODULE.read_config(host)
+    snapshot = tmp_path / "history" / "cfg-pruned"
+    (snapshot / "units").mkdir(parents=True)  # kept, then its files removed by hand
+    restore = {
+        "snapshot": str(snapshot),
+        "units": [good["units"][0]["path"]],
+        "config": [],
+        "state_files": [],
+    }
+    with pytest.raises(OSError, match=r"cfg-pruned/units/vllm-fleet-i0\.service"):
+        MODULE.restore_config({**restore, "remove": []})
