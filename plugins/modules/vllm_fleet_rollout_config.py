@@ -200,21 +200,12 @@ def keep_config(params: dict, check_mode: bool = False) -> list[str]:
             if not check_mode:
                 os.makedirs(folder, exist_ok=True)
                 os.chmod(folder, 0o700)
-    for folder, sources in zip(
-        folders[1:], (params["units"], params["config"], params["state_files"]), strict=True
-    ):
+    kinds = (params["units"], params["config"], params["state_files"])
+    for folder, sources in zip(folders[1:], kinds, strict=True):
         for source in sources:
             dest = os.path.join(folder, os.path.basename(source))
-            mode = os.stat(source).st_mode & 0o7777
-            if (
-                os.path.isfile(dest)
-                and sha1(dest) == sha1(source)
-                and (os.stat(dest).st_mode & 0o7777) == mode
-            ):
-                continue
-            written.append(dest)
-            if not check_mode:
-                copy_file(source, dest, mode)
+            if copy_where_different(source, dest, check_mode):
+                written.append(dest)
     return written
 
 
@@ -225,17 +216,24 @@ def restore_config(params: dict, check_mode: bool = False) -> tuple[list[str], l
     for folder, paths in zip(SNAPSHOT_FOLDERS, kinds, strict=True):
         for path in paths:
             kept = os.path.join(params["snapshot"], folder, os.path.basename(path))
-            mode = os.stat(kept).st_mode & 0o7777
-            if os.path.isfile(path) and sha1(path) == sha1(kept) and (os.stat(path).st_mode & 0o7777) == mode:
-                continue
-            written.append(path)
-            if not check_mode:
-                copy_file(kept, path, mode)
+            if copy_where_different(kept, path, check_mode):
+                written.append(path)
     removed = [path for path in params["remove"] if os.path.lexists(path)]
     if not check_mode:
         for path in removed:
             os.unlink(path)
     return written, removed
+
+
+def copy_where_different(source: str, dest: str, check_mode: bool = False) -> bool:
+    """Copies `source` to `dest`, its mode kept, unless `dest` has that content and mode already; whether it
+    did (in check mode, would)."""
+    mode = os.stat(source).st_mode & 0o7777
+    if os.path.isfile(dest) and sha1(dest) == sha1(source) and (os.stat(dest).st_mode & 0o7777) == mode:
+        return False
+    if not check_mode:
+        copy_file(source, dest, mode)
+    return True
 
 
 def copy_file(source: str, dest: str, mode: int) -> None:
