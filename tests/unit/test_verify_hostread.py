@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from httpserve import serving
 from plans import lab_instance_plan
 from pluginload import load_plugin
 
@@ -54,12 +54,8 @@ class Answers(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[str]:
     Answers.status, Answers.seen = {}, []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Answers) as url:
+        yield url
 
 
 def target(base_url: str) -> ApiTarget:

@@ -5,13 +5,13 @@ send_test_requests handing it the completion and the chat, then the warm-up requ
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from httpserve import serving
 from plans import lab_instance_plan
 from pluginload import load_plugin
 
@@ -55,12 +55,8 @@ class Completions(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[str]:
     Completions.statuses, Completions.seen = [], []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Completions)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Completions) as url:
+        yield url
 
 
 def params(requests: list[dict[str, Any]], api_key: str = "") -> dict[str, Any]:
